@@ -1,0 +1,27 @@
+# anyswe tasks. `./dev <recipe>` installs uv and just first; `just --list` shows all recipes.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+export UV_PYTHON_DOWNLOADS := "never"
+
+# The demo experiment: gold and noop x docker and apptainer over the embedded demo benchmark.
+demo: setup
+    uv run anyswe smoke
+
+# Everything a fresh machine needs: container runtimes, base image, Python environment.
+setup:
+    bash scripts/provision.sh all
+    uv sync --frozen --all-extras
+
+# Lint, type-check, then the whole test suite (container tests included).
+test: setup lint
+    uv run pytest
+
+lint:
+    uv run ruff check anyswe tests
+    uv run ruff format --check anyswe tests
+    uv run mypy
+
+# Remove every leftover anyswe container, instance and overlay.
+gc:
+    uv run anyswe gc

@@ -1,0 +1,112 @@
+"""One error hierarchy for anyswe.
+
+Every error anyswe raises on purpose derives from :class:`AnysweError`. The split that matters to
+users running long experiments is between *infrastructure* failures (a sandbox would not start, a
+runtime vanished: the sample is masked and may be retried) and everything that is a fact about the
+task or its input (a bad spec, a patch that does not apply).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+_TAIL_CHARS = 2000
+
+
+def _tail(text: str | bytes | None, limit: int = _TAIL_CHARS) -> str:
+    if text is None:
+        return ""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+class AnysweError(Exception):
+    """Base of every error anyswe raises on purpose."""
+
+
+class SpecError(AnysweError):
+    """An experiment spec (or a --set override) is invalid.
+
+    ``location`` names the file, line, column and field, so that the message alone says where to look.
+    """
+
+    def __init__(self, message: str, *, location: str | None = None) -> None:
+        self.location = location
+        super().__init__(f"{location}: {message}" if location else message)
+
+
+class PlanError(AnysweError):
+    """A spec is valid on its own but cannot be expanded (an incompatible agent x model pair...)."""
+
+
+class DatasetError(AnysweError):
+    """A dataset cannot be found, read or routed to a grading harness."""
+
+
+class InfraError(AnysweError):
+    """Something outside the task failed: a runtime, an image, the host. Samples that hit it are masked."""
+
+
+class SandboxError(InfraError):
+    """A container runtime command failed.
+
+    Carries the argv (never secrets: those travel in env files or stdin), the exit code and the tail
+    of the output, like python-on-whales' ``DockerException``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        argv: Sequence[str] | None = None,
+        exit_code: int | None = None,
+        stdout: str | bytes | None = None,
+        stderr: str | bytes | None = None,
+    ) -> None:
+        self.argv = list(argv) if argv is not None else None
+        self.exit_code = exit_code
+        self.stdout_tail = _tail(stdout)
+        self.stderr_tail = _tail(stderr)
+        parts = [message]
+        if self.argv is not None:
+            parts.append(f"command: {' '.join(self.argv)}")
+        if exit_code is not None:
+            parts.append(f"exit code: {exit_code}")
+        if self.stdout_tail.strip():
+            parts.append(f"stdout (tail):\n{self.stdout_tail.rstrip()}")
+        if self.stderr_tail.strip():
+            parts.append(f"stderr (tail):\n{self.stderr_tail.rstrip()}")
+        super().__init__("\n".join(parts))
+
+
+class RuntimeNotAvailable(SandboxError):
+    """The container runtime itself is missing or does not answer."""
+
+
+class ImageNotFound(SandboxError):
+    """The image (docker reference or SIF path) does not exist locally; nothing is ever pulled implicitly."""
+
+
+class SandboxStartError(SandboxError):
+    """A sandbox could not be started."""
+
+
+class SandboxExecError(SandboxError):
+    """The runtime failed to run a command at all (distinct from a command that exited non-zero)."""
+
+
+class ImageBuildError(InfraError):
+    """Building a task image or SIF failed."""
+
+
+class AgentError(AnysweError):
+    """An agent failed in a way that is the agent's own (bad config, missing predictions...)."""
+
+
+class GradingError(AnysweError):
+    """Grading could not be carried out (harness missing, wrong swebench version, unreadable log)."""
+
+
+class ResultsError(AnysweError):
+    """A run directory or results file is missing or inconsistent."""

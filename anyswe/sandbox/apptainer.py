@@ -1,0 +1,201 @@
+"""Apptainer sandboxes: one apptainer instance per sandbox.
+
+Each sandbox gets its own sparse ext3 overlay of configurable size (``--writable-tmpfs`` caps writes
+at 64 MiB, which real builds overflow) and its own work dir for /tmp and home, both under a state
+dir named after the instance so ``anyswe gc`` can find what a crash left. Instances start with
+``--contain --cleanenv``: no host home, no host environment (which may hold API keys). There is no
+``--pid``: apptainer >= 1.3.6 rejects it for instances.
+
+spython finds the runtime and lists instances; start, exec and stop run as argv lists from here,
+because spython's instance start reports a failure only on the console, and an exec needs stdin,
+separate streams and a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from anyswe import _proc
+from anyswe.errors import ImageNotFound, RuntimeNotAvailable, SandboxStartError
+from anyswe.sandbox.base import (
+    NAME_PREFIX,
+    ProviderConfig,
+    Sandbox,
+    SandboxProvider,
+    SandboxRequest,
+)
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("ANYSWE_APPTAINER_STATE", Path(tempfile.gettempdir()) / "anyswe-apptainer"))
+
+
+class ApptainerConfig(ProviderConfig):
+    """Settings of the apptainer provider (``providers.<name>`` with ``type: apptainer``)."""
+
+    type: Literal["apptainer"] = "apptainer"
+    binary: str = Field(default="apptainer", description="The apptainer (or singularity) executable.")
+    overlay_size_mb: int = Field(default=4096, ge=64, description="Writable overlay per sandbox (sparse).")
+    network: Literal["host", "none"] = Field(default="host", description="'none' isolates the network.")
+    state_dir: Path = Field(default_factory=default_state_dir, description="Overlays and work dirs.")
+    extra_options: list[str] = Field(default_factory=list, description="Extra `instance start` options.")
+
+
+class ApptainerSandbox(Sandbox):
+    provider_name = "apptainer"
+
+    def _exec_argv(
+        self, argv: list[str], *, env_file: Path | None, workdir: str | None, user: str | None, stdin: bool
+    ) -> list[str]:
+        assert isinstance(self.provider, ApptainerProvider)
+        # --cleanenv again on exec: without it the host environment is passed into the command.
+        cmd = [self.provider.config.binary, "exec", "--cleanenv"]
+        if env_file is not None:
+            cmd += ["--env-file", str(env_file)]
+        # Without --pwd apptainer tries the host's cwd; docker's default is the image's WORKDIR.
+        cmd += ["--pwd", workdir or "/"]
+        if user:
+            # Apptainer runs commands as the calling user; switch inside, as root there.
+            argv = ["runuser", "-u", user, "--", *argv]
+        return [*cmd, f"instance://{self.name}", *argv]
+
+    async def _env_transport(self, env: Mapping[str, str]) -> tuple[Path | None, list[str]]:
+        # apptainer's --env-file evaluates values a second time inside the container (a `$` in a
+        # token is expanded), so values are not carried verbatim. Instead the env travels as a
+        # 0600 file through stdin into the sandbox, is sourced by POSIX sh (exact single-quote
+        # semantics) and deleted before the command starts.
+        self._check_env(env)
+        path = f"/tmp/.anyswe-env-{uuid.uuid4().hex}"
+        body = "".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items())
+        await self.write_file(path, body.encode(), mode=0o600)
+        loader = 'set -a; . "$0"; set +a; rm -f -- "$0"; exec "$@"'
+        return None, ["sh", "-c", loader, path]
+
+    def _is_runtime_failure(self, result: _proc.ProcResult) -> bool:
+        err = result.stderr.decode("utf-8", errors="replace")
+        return result.exit_code == 255 and "FATAL:" in err
+
+    async def _teardown(self) -> None:
+        assert isinstance(self.provider, ApptainerProvider)
+        await self.provider.remove(self.name)
+
+
+class ApptainerProvider(SandboxProvider):
+    """Starts apptainer instances from SIF files (or any apptainer image URI)."""
+
+    name = "apptainer"
+    sandbox_class: ClassVar[type[ApptainerSandbox]] = ApptainerSandbox
+    config: ApptainerConfig
+
+    def __init__(self, config: ApptainerConfig | None = None) -> None:
+        super().__init__(config or ApptainerConfig())
+
+    def _state(self, name: str) -> Path:
+        return self.config.state_dir / name
+
+    async def check(self) -> None:
+        r = await _proc.run([self.config.binary, "--version"], timeout=60)
+        if r.exit_code != 0 or r.timed_out:
+            raise RuntimeNotAvailable(
+                "apptainer does not answer (run scripts/provision.sh apptainer)",
+                argv=r.argv,
+                exit_code=r.exit_code,
+                stdout=r.stdout,
+                stderr=r.stderr,
+            )
+
+    async def image_exists(self, image: str) -> bool:
+        if "://" in image:
+            return True  # a URI (docker-daemon://, oras://...): apptainer resolves it at start
+        return Path(image).is_file()
+
+    async def _run_checked(self, argv: list[str], what: str, timeout: float | None = None) -> None:
+        r = await _proc.run(argv, timeout=timeout)
+        if r.exit_code != 0 or r.timed_out:
+            raise SandboxStartError(
+                f"apptainer: {what}" + (" timed out" if r.timed_out else " failed"),
+                argv=r.argv,
+                exit_code=r.exit_code,
+                stdout=r.stdout,
+                stderr=r.stderr,
+            )
+
+    async def _start(self, request: SandboxRequest) -> Sandbox:
+        if not await self.image_exists(request.image):
+            raise ImageNotFound(f"SIF image {request.image!r} does not exist (build it with `anyswe images build`)")
+        cfg = self.config
+        state = self._state(request.name)
+        try:
+            (state / "work").mkdir(parents=True, exist_ok=True)
+            os.chmod(state, 0o700)
+            (state / "labels.json").write_text(json.dumps(request.labels() | {"image": request.image}))
+            overlay = state / "overlay.img"
+            await self._run_checked(
+                [
+                    cfg.binary,
+                    "overlay",
+                    "create",
+                    "--sparse",
+                    "--size",
+                    str(cfg.overlay_size_mb),
+                    str(overlay),
+                ],
+                "creating the overlay",
+            )
+            argv = [
+                cfg.binary,
+                "instance",
+                "start",
+                "--contain",
+                "--cleanenv",
+                "--overlay",
+                str(overlay),
+                "--workdir",
+                str(state / "work"),
+            ]
+            if cfg.network == "none":
+                argv += ["--net", "--network", "none"]
+            argv += [*cfg.extra_options, request.image, request.name]
+            await self._run_checked(argv, f"starting instance {request.name} from {request.image}")
+        except BaseException:
+            await asyncio.shield(self.remove(request.name))
+            raise
+        return self.sandbox_class(request, self)
+
+    async def remove(self, name: str) -> None:
+        """Stop the instance (if any) and delete its state dir; idempotent."""
+        with contextlib.suppress(Exception):
+            if name in await self.running_instances():
+                await _proc.run([self.config.binary, "instance", "stop", "--force", name], timeout=60)
+        await asyncio.to_thread(shutil.rmtree, self._state(name), True)
+
+    async def running_instances(self) -> list[str]:
+        """Names of the anyswe instances running now (through spython's instance listing)."""
+
+        def _list() -> list[str]:
+            from spython.main import Client
+
+            found = Client.instances(return_json=True, quiet=True)
+            names = [i.get("instance") or i.get("daemon_name") or "" for i in (found or [])]
+            return sorted(n for n in names if n.startswith(NAME_PREFIX))
+
+        return await asyncio.to_thread(_list)
+
+    async def leftovers(self) -> list[str]:
+        """Running anyswe instances plus state dirs (overlays) that outlived theirs."""
+        names = set(await self.running_instances())
+        if self.config.state_dir.is_dir():
+            names |= {p.name for p in self.config.state_dir.iterdir() if p.name.startswith(NAME_PREFIX)}
+        return sorted(names)

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# anyswe's apptainer wrapper (installed by scripts/provision.sh as `apptainer` and `singularity`).
+#
+# Apptainer comes from a Debian sid root file system at @APPTAINER_ROOT@ because Debian 12 has no
+# package of it. This enters that root in a private mount namespace: the root is bind-mounted onto
+# itself, /proc, /sys, /dev and the host directories that sandboxes use are rbind-mounted at the
+# same paths, and pivot_root (apptainer refuses a plain chroot) makes it the root. Paths given to
+# apptainer therefore mean the same inside and out.
+set -euo pipefail
+ROOT=${ANYSWE_APPTAINER_ROOT:-@APPTAINER_ROOT@}
+if [ "${1:-}" = "__enter" ]; then
+  shift
+  cwd=$1; shift
+  mount --bind "$ROOT" "$ROOT"
+  for d in /proc /sys /dev; do mount --rbind "$d" "$ROOT$d"; done
+  # Host directories that hold images, overlays, checkouts, temp files and caches.
+  binds=(/tmp /var/tmp /root /home /work /srv /mnt /var/lib/anyswe)
+  [ -n "${HOME:-}" ] && binds+=("$HOME")
+  [ -n "${TMPDIR:-}" ] && binds+=("$TMPDIR")
+  [ -n "${XDG_CACHE_HOME:-}" ] && binds+=("$XDG_CACHE_HOME")
+  binds+=("$cwd")
+  IFS=: read -r -a extra <<<"${ANYSWE_APPTAINER_BINDS:-}"
+  binds+=("${extra[@]}")
+  for d in "${binds[@]}"; do
+    [ -n "$d" ] && [ -d "$d" ] || continue
+    case "$d" in /|/usr|/usr/*|/etc|/etc/*|/lib*|/bin|/sbin|/var) continue ;; esac
+    mountpoint -q "$ROOT$d" 2>/dev/null && continue
+    mkdir -p "$ROOT$d"
+    mount --rbind "$d" "$ROOT$d"
+  done
+  cd "$ROOT"
+  mkdir -p .oldroot
+  pivot_root . .oldroot
+  umount -l /.oldroot
+  cd "$cwd" 2>/dev/null || cd /
+  exec /usr/bin/apptainer "$@"
+fi
+[ -x "$ROOT/usr/bin/apptainer" ] || { echo "apptainer wrapper: no apptainer in $ROOT (run scripts/provision.sh apptainer)" >&2; exit 127; }
+exec unshare --mount --propagation private "$0" __enter "$PWD" "$@"

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Provision the container runtimes anyswe needs on a Debian 12 machine, idempotently.
+#
+#   scripts/provision.sh            docker + apptainer + the base image (and its SIF)
+#   scripts/provision.sh docker     only the docker engine
+#   scripts/provision.sh apptainer  only apptainer
+#   scripts/provision.sh image      only the base image
+#
+# Every step is a no-op where the thing already works: a workstation with a running docker
+# daemon, or an HPC node with apptainer installed, is left alone. Nothing is pulled from a
+# container registry: the base image is built from Debian packages with mmdebstrap. The Debian
+# mirror is read from this machine's own apt sources, never written down here.
+set -euo pipefail
+
+ANYSWE_HOME=${ANYSWE_HOME:-/var/lib/anyswe}
+APPTAINER_ROOT=${ANYSWE_APPTAINER_ROOT:-$ANYSWE_HOME/apptainer-root}
+BASE_IMAGE=${ANYSWE_BASE_IMAGE:-anyswe/base:bookworm}
+BASE_PACKAGES=python3,python3-pytest,git,patch,ca-certificates,procps
+LOG_DIR=${ANYSWE_LOG_DIR:-$ANYSWE_HOME/log}
+BIN_DIR=${ANYSWE_BIN_DIR:-/usr/local/bin}
+
+log() { printf '[provision] %s\n' "$*" >&2; }
+die() { printf '[provision] error: %s\n' "$*" >&2; exit 1; }
+
+apt_updated=0
+apt_install() {
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  [ "$(id -u)" -eq 0 ] || die "need root to install: ${missing[*]}"
+  if [ $apt_updated -eq 0 ]; then
+    log "apt-get update"
+    apt-get update -qq >/dev/null
+    apt_updated=1
+  fi
+  log "apt-get install ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# The first Debian mirror URI of this machine's apt sources (deb822 or one-line format).
+debian_mirror() {
+  local uri=""
+  if ls /etc/apt/sources.list.d/*.sources >/dev/null 2>&1; then
+    uri=$(awk '/^URIs:/ {for (i = 2; i <= NF; i++) if ($i ~ /debian\/?$/) {print $i; exit}}' \
+      /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
+  fi
+  if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
+    uri=$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^(https?|file):\/\/.*debian\/?$/) {print $i; exit} }' \
+      /etc/apt/sources.list | head -n1)
+  fi
+  [ -n "$uri" ] || die "no Debian mirror found in /etc/apt/sources.list{,.d}"
+  printf '%s\n' "${uri%/}"
+}
+
+docker_ok() { timeout 20 docker info >/dev/null 2>&1; }
+
+provision_docker() {
+  if docker_ok; then log "docker: daemon answers"; return 0; fi
+  command -v dockerd >/dev/null 2>&1 || apt_install docker.io
+  command -v docker >/dev/null 2>&1 || apt_install docker.io
+  mkdir -p "$LOG_DIR"
+  log "docker: starting dockerd (log: $LOG_DIR/dockerd.log)"
+  # setsid: the daemon must outlive this script and the shell that ran it.
+  setsid dockerd >>"$LOG_DIR/dockerd.log" 2>&1 </dev/null &
+  for _ in $(seq 1 60); do
+    docker_ok && { log "docker: daemon answers"; return 0; }
+    sleep 1
+  done
+  tail -n 30 "$LOG_DIR/dockerd.log" >&2 || true
+  die "dockerd did not answer within 60 s"
+}
+
+apptainer_ok() { timeout 20 apptainer --version >/dev/null 2>&1; }
+
+provision_apptainer() {
+  if apptainer_ok; then log "apptainer: $(apptainer --version)"; return 0; fi
+  apt_install mmdebstrap util-linux
+  if [ ! -x "$APPTAINER_ROOT/usr/bin/apptainer" ]; then
+    # Debian 12 has no apptainer package, and sid's needs a newer glibc than Debian 12's: it
+    # runs from a sid root file system of its own, entered through the wrapper below.
+    local mirror tmp
+    mirror=$(debian_mirror)
+    tmp="$APPTAINER_ROOT.tmp"
+    rm -rf "$tmp"
+    mkdir -p "$(dirname "$APPTAINER_ROOT")"
+    log "apptainer: building a sid root file system in $APPTAINER_ROOT"
+    # The mirror's sid Release file can be past its Valid-Until date.
+    mmdebstrap --variant=apt --quiet \
+      --aptopt='Acquire::Check-Valid-Until "false"' \
+      --include=apptainer,squashfs-tools,e2fsprogs,mount,ca-certificates \
+      sid "$tmp" "deb $mirror sid main" >&2
+    cp /etc/hosts /etc/resolv.conf "$tmp/etc/" 2>/dev/null || true
+    rm -f "$tmp/etc/localtime"
+    cp -L /etc/localtime "$tmp/etc/localtime" 2>/dev/null || cp "$tmp/usr/share/zoneinfo/UTC" "$tmp/etc/localtime"
+    # With `full`, apptainer aborts: root on some VMs lacks one of the capabilities it asks for.
+    sed -i 's/^root default capabilities = .*/root default capabilities = file/' "$tmp/etc/apptainer/apptainer.conf"
+    mv "$tmp" "$APPTAINER_ROOT"
+  fi
+  install_apptainer_wrapper
+  apptainer_ok || die "apptainer wrapper installed in $BIN_DIR but 'apptainer --version' fails"
+  log "apptainer: $(apptainer --version)"
+}
+
+install_apptainer_wrapper() {
+  local src
+  src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/apptainer-wrapper.sh"
+  mkdir -p "$BIN_DIR"
+  sed "s|@APPTAINER_ROOT@|$APPTAINER_ROOT|" "$src" >"$BIN_DIR/apptainer"
+  chmod 0755 "$BIN_DIR/apptainer"
+  # spython runs `singularity`.
+  ln -sf "$BIN_DIR/apptainer" "$BIN_DIR/singularity"
+}
+
+provision_image() {
+  docker_ok || die "docker is not running (run: $0 docker)"
+  if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+    log "image: $BASE_IMAGE present"; return 0
+  fi
+  apt_install mmdebstrap
+  local mirror tar
+  mirror=$(debian_mirror)
+  tar=$(mktemp --suffix=.tar)
+  log "image: building $BASE_IMAGE from Debian packages ($BASE_PACKAGES)"
+  mmdebstrap --variant=apt --quiet --include="$BASE_PACKAGES" \
+    --customize-hook='chroot "$1" git config --system init.defaultBranch main' \
+    --customize-hook='rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*' \
+    bookworm "$tar" "deb $mirror bookworm main" >&2
+  docker import --change 'CMD ["/bin/bash"]' --change 'ENV LANG=C.UTF-8' "$tar" "$BASE_IMAGE" >/dev/null
+  rm -f "$tar"
+  log "image: $BASE_IMAGE built"
+}
+
+main() {
+  local what=${1:-all}
+  case "$what" in
+    docker) provision_docker ;;
+    apptainer) provision_apptainer ;;
+    image) provision_image ;;
+    all) provision_docker; provision_apptainer; provision_image ;;
+    *) die "unknown target '$what' (docker, apptainer, image, all)" ;;
+  esac
+}
+main "$@"

@@ -1,0 +1,84 @@
+"""Shared fixtures: real docker and apptainer runtimes, the base image and its SIF.
+
+Container tests never skip in CI (``CI=true``): a missing runtime there is a failure. Elsewhere they
+skip with the reason, so the unit tests still run on a laptop without runtimes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from anyswe.config import base_image
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+PROVIDERS = ["docker", "apptainer"]
+
+
+def _unavailable(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{reason} (container tests must run in CI: run scripts/provision.sh)")
+    pytest.skip(reason)
+
+
+def _works(argv: list[str]) -> bool:
+    if shutil.which(argv[0]) is None:
+        return False
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> str:
+    if not _works(["docker", "info"]):
+        _unavailable("no docker engine answers")
+    image = base_image()
+    if not _works(["docker", "image", "inspect", image]):
+        _unavailable(f"base image {image} missing (scripts/provision.sh image)")
+    return image
+
+
+@pytest.fixture(scope="session")
+def sif_image(docker_image: str) -> str:
+    if not _works(["apptainer", "--version"]):
+        _unavailable("apptainer is not installed")
+    from anyswe.images import ensure_sif
+
+    return str(asyncio.run(ensure_sif(docker_image)))
+
+
+@pytest.fixture(params=PROVIDERS)
+def provider_image(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(provider name, image for it): the docker image, or its SIF."""
+    fixture = "docker_image" if request.param == "docker" else "sif_image"
+    return request.param, request.getfixturevalue(fixture)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaked_sandboxes() -> Iterator[None]:
+    """After the whole session, no anyswe container, instance or overlay may remain."""
+    yield
+    from anyswe.sandbox import get_provider
+
+    async def leftovers() -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for name in PROVIDERS:
+            provider = get_provider(name)
+            try:
+                await provider.check()
+            except Exception:
+                continue
+            found[name] = await provider.leftovers()
+        return found
+
+    left = asyncio.run(leftovers())
+    assert not any(left.values()), f"sandboxes leaked by the test session: {left}"

@@ -1,0 +1,227 @@
+"""One conformance suite, run against the real docker engine and the real apptainer."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from anyswe.errors import AnysweError, ImageNotFound, InfraError, SandboxExecError
+from anyswe.sandbox import get_provider
+
+pytestmark = pytest.mark.containers
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def test_exit_code_and_stream_separation(provider_image: tuple[str, str]) -> None:
+    name, image = provider_image
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(image) as sb:
+            r = await sb.exec("echo to-out; echo to-err >&2; exit 7")
+            assert (r.exit_code, r.stdout, r.stderr.splitlines()[-1]) == (7, "to-out\n", "to-err")
+            assert not r.timed_out and not r.ok and r.duration > 0
+            r = await sb.exec(["printf", "%s|", "a b", "c"])
+            assert r.ok and r.stdout == "a b|c|"
+
+    run(go())
+
+
+def test_env_workdir_and_stdin(provider_image: tuple[str, str]) -> None:
+    name, image = provider_image
+    tricky = 'a b\'c $HOME "q" `x` \\ $(no) %'
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(image) as sb:
+            await sb.exec(["mkdir", "-p", "/srv/work dir"])
+            r = await sb.exec(
+                ["python3", "-c", "import os; print(os.getcwd()); print(os.environ['TOKEN'])"],
+                env={"TOKEN": tricky},
+                workdir="/srv/work dir",
+            )
+            assert r.ok, r
+            assert r.stdout.splitlines() == ["/srv/work dir", tricky]
+            r = await sb.exec(["cat"], stdin=b"from stdin\x00\xff")
+            assert r.ok and r.stdout.encode("utf-8", "surrogateescape")[:10] == b"from stdin"
+
+    run(go())
+
+
+def test_host_environment_does_not_leak(provider_image: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    name, image = provider_image
+    monkeypatch.setenv("ANYSWE_TEST_HOST_SECRET", "must-not-leak")
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(image) as sb:
+            r = await sb.exec("env")
+            assert r.ok and "must-not-leak" not in r.stdout
+
+    run(go())
+
+
+def test_binary_file_round_trip(provider_image: tuple[str, str], tmp_path: Path) -> None:
+    name, image = provider_image
+    blob = os.urandom(3 * 1024 * 1024) + bytes(range(256))
+    src = tmp_path / "in"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "blob.bin").write_bytes(blob)
+    (src / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (src / "run.sh").chmod(0o755)
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(image) as sb:
+            await sb.copy_in(src, "/opt/data")
+            r = await sb.exec(["sha256sum", "/opt/data/sub/blob.bin"])
+            assert r.stdout.split()[0] == hashlib.sha256(blob).hexdigest()
+            assert (await sb.exec(["/opt/data/run.sh"])).stdout == "ran\n"
+            await sb.write_file("/opt/one/file.bin", blob)
+            assert await sb.read_file("/opt/one/file.bin") == blob
+            await sb.copy_out("/opt/data", tmp_path / "out")
+            await sb.copy_out("/opt/one/file.bin", tmp_path / "single.bin")
+
+    run(go())
+    assert (tmp_path / "out" / "sub" / "blob.bin").read_bytes() == blob
+    assert os.access(tmp_path / "out" / "run.sh", os.X_OK)
+    assert (tmp_path / "single.bin").read_bytes() == blob
+
+
+def test_timeout_kills_the_command_and_its_children(provider_image: tuple[str, str]) -> None:
+    name, image = provider_image
+    marker = f"600.{uuid.uuid4().int % 10**6}"
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(image) as sb:
+            start = time.monotonic()
+            # A child of bash, so killing only bash would leave `sleep` behind.
+            r = await sb.exec(f"sleep {marker}; echo never", timeout=3)
+            elapsed = time.monotonic() - start
+            assert r.timed_out and not r.ok and "never" not in r.stdout
+            assert elapsed < 20
+            await asyncio.sleep(0.5)
+            left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True)
+            assert left.stdout.strip() == "", f"process left behind: {left.stdout}"
+            assert (await sb.exec("echo alive")).stdout == "alive\n"
+
+    run(go())
+
+
+def test_large_write_does_not_hit_enospc(provider_image: tuple[str, str]) -> None:
+    name, image = provider_image
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(image) as sb:
+            for where in ("/big.bin", "/tmp/big.bin"):
+                r = await sb.exec(["dd", "if=/dev/zero", f"of={where}", "bs=1M", "count=100"])
+                assert r.ok, r.stderr
+                assert (await sb.exec(["stat", "-c", "%s", where])).stdout.strip() == str(100 * 1024 * 1024)
+
+    run(go())
+
+
+def test_parallel_sandboxes_are_isolated(provider_image: tuple[str, str]) -> None:
+    name, image = provider_image
+    provider = get_provider(name, {"concurrency": 4})
+
+    async def one(i: int) -> list[str]:
+        async with provider.sandbox(image, task_id=f"t{i}") as sb:
+            for d in ("/tmp", "/root", "/opt"):
+                assert (await sb.exec(["sh", "-c", f"echo {i} > {d}/mine-{i}"])).ok
+            await asyncio.sleep(1)
+            r = await sb.exec("ls /tmp /root /opt | grep mine- | sort")
+            return r.stdout.split()
+
+    async def all_four() -> list[list[str]]:
+        return list(await asyncio.gather(*(one(i) for i in range(4))))
+
+    seen = run(all_four())
+    for i, files in enumerate(seen):
+        assert files == [f"mine-{i}"] * 3, files
+
+
+def test_missing_image_is_a_clear_error(provider_image: tuple[str, str]) -> None:
+    name, _ = provider_image
+    image = "anyswe/does-not-exist:nope" if name == "docker" else "/nonexistent/image.sif"
+
+    async def go() -> None:
+        await get_provider(name).start(image)
+
+    with pytest.raises(ImageNotFound) as info:
+        run(go())
+    assert image in str(info.value)
+    assert isinstance(info.value, InfraError) and isinstance(info.value, AnysweError)
+
+
+def test_exec_after_container_vanished_is_infra_error(provider_image: tuple[str, str]) -> None:
+    name, image = provider_image
+
+    async def go() -> None:
+        provider = get_provider(name)
+        sb = await provider.start(image)
+        try:
+            await provider.remove(sb.name)
+            with pytest.raises(SandboxExecError) as info:
+                await sb.exec("true")
+            assert info.value.argv and info.value.exit_code is not None
+        finally:
+            await sb.stop()
+
+    run(go())
+
+
+def test_teardown_runs_on_exception_and_cancellation(provider_image: tuple[str, str]) -> None:
+    name, image = provider_image
+    provider = get_provider(name)
+    names: list[str] = []
+
+    async def raising() -> None:
+        async with provider.sandbox(image) as sb:
+            names.append(sb.name)
+            raise RuntimeError("boom")
+
+    async def cancelled() -> None:
+        async def body() -> None:
+            async with provider.sandbox(image) as sb:
+                names.append(sb.name)
+                await sb.exec("sleep 30")
+
+        task = asyncio.create_task(body())
+        await asyncio.sleep(3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with pytest.raises(RuntimeError):
+        run(raising())
+    run(cancelled())
+    assert len(names) == 2
+    assert not set(names) & set(run(provider.leftovers()))
+
+
+def test_concurrency_bound_is_shared(provider_image: tuple[str, str]) -> None:
+    name, image = provider_image
+    provider = get_provider(name, {"concurrency": 2})
+    live = 0
+    peak = 0
+
+    async def one() -> None:
+        nonlocal live, peak
+        async with provider.sandbox(image):
+            live += 1
+            peak = max(peak, live)
+            await asyncio.sleep(0.5)
+            live -= 1
+
+    async def five() -> None:
+        await asyncio.gather(*(one() for _ in range(5)))
+
+    run(five())
+    assert peak == 2
