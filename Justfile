@@ -7,6 +7,7 @@ export UV_PYTHON_DOWNLOADS := "never"
 # The demo experiment: gold and noop x docker and apptainer over the embedded demo benchmark.
 demo: setup
     uv run anyswe smoke
+    uv run anyswe apply specs/demo.yaml
 
 # Everything a fresh machine needs: container runtimes, base image, Python environment.
 setup:

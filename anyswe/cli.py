@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, NoReturn
 
 import typer
 
-from anyswe.errors import AnysweError
+from anyswe.errors import AnysweError, ResultsError
 
 app = typer.Typer(
     name="anyswe",
@@ -20,7 +22,7 @@ app = typer.Typer(
 )
 
 
-def _fail(exc: AnysweError) -> None:
+def _fail(exc: AnysweError) -> NoReturn:
     typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code=2)
 
@@ -67,6 +69,124 @@ def gc() -> None:
             typer.echo(f"removed {provider} {name}")
         total += len(names)
     typer.echo(f"{total} leftover sandbox(es) removed")
+
+
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a spec field: a.b=c (repeatable).")]
+
+
+def _print_table(rows: list[dict[str, object]], title: str | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # piped output: do not squeeze columns to 80
+    table = Table(title=title)
+    if not rows:
+        console.print("(nothing)")
+        return
+    for col in rows[0]:
+        table.add_column(str(col), justify="right" if isinstance(rows[0][col], (int, float)) else "left")
+    for row in rows:
+        table.add_row(*("" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v)) for v in row.values()))
+    console.print(table)
+
+
+def _compact(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The cell table for a terminal: the cell id stands for agent/model/provider; times shortened."""
+    drop = {"agent", "model", "provider", "mean_time_image", "mean_time_sandbox_start", "mean_time_patch_capture"}
+    return [
+        {k.replace("mean_time_", "t_").replace("_rate", "%"): v for k, v in r.items() if k not in drop} for r in rows
+    ]
+
+
+@app.command()
+def plan(
+    spec: Annotated[Path, typer.Argument(help="Experiment spec (YAML).")],
+    set_: SetOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """Expand a spec into cells and tasks and print them (nothing runs)."""
+    from anyswe.plan import make_plan
+    from anyswe.spec import load_spec
+
+    try:
+        p = make_plan(load_spec(spec, set_ or ()))
+    except AnysweError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps(p.to_json(), indent=1))
+        return
+    _print_table(p.cell_rows(), title=f"{p.spec.name}: {len(p.tasks)} tasks over {len(p.instances)} instances")
+
+
+@app.command()
+def apply(
+    spec: Annotated[Path, typer.Argument(help="Experiment spec (YAML).")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run directory (default: runs/<name>).")] = None,
+    set_: SetOpt = None,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", "-j", min=1)] = None,
+) -> None:
+    """Run every task of a spec not already finished in its run directory (re-apply to resume)."""
+    from anyswe._sync import run_sync
+    from anyswe.experiment import Experiment
+
+    try:
+        exp = Experiment.load(spec, overrides=set_ or (), run_dir=out)
+        summary = run_sync(exp.run_async(concurrency=concurrency))
+    except AnysweError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        typer.secho("interrupted: finished results are kept; apply again to resume", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(code=130) from None
+    typer.echo(str(summary))
+    _print_table(_compact(exp.cells().to_dicts()), title="cells")
+
+
+@app.command()
+def status(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
+    """How far a run got: tasks planned, finished, with errors, per cell."""
+    from anyswe.results.store import latest_attempts, read_rows
+
+    plan_path = run_dir / "plan.json"
+    if not plan_path.is_file():
+        _fail(ResultsError(f"{run_dir} is not a run directory (no plan.json)"))
+    planned = json.loads(plan_path.read_text())
+    rows = {r["key"]: r for r in latest_attempts(read_rows(run_dir / "results.jsonl"))}
+    out = []
+    for cell in planned["cells"]:
+        keys = [t["key"] for t in planned["tasks"] if t["cell"] == cell["cell"]]
+        done = [rows[k] for k in keys if k in rows]
+        out.append(
+            {
+                "cell": cell["cell"],
+                "planned": len(keys),
+                "finished": len(done),
+                "resolved": sum(bool(r["resolved"]) for r in done),
+                "errors": sum(r.get("error_kind") is not None for r in done),
+                "pending": len(keys) - len(done),
+            }
+        )
+    _print_table(out, title=f"{planned['spec']} ({run_dir})")
+
+
+@app.command()
+def results(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per cell.")] = False,
+) -> None:
+    """The per-cell results table of a run."""
+    from anyswe.results.tables import cell_table, task_frame
+
+    try:
+        table = cell_table(task_frame(run_dir))
+    except AnysweError as exc:
+        _fail(exc)
+    if as_json:
+        for row in table.to_dicts():
+            typer.echo(json.dumps(row))
+        return
+    _print_table(_compact(table.to_dicts()), title=str(run_dir))
 
 
 def main() -> None:

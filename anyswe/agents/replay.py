@@ -1,0 +1,61 @@
+"""``replay``: submits patches from a SWE-bench predictions file (instance_id, model_name_or_path, model_patch).
+
+The patch is submitted as text, not applied here, so grading applies it with swebench's ladder
+exactly as the official harness does with a predictions file.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import ConfigDict, Field
+
+from anyswe.agents.base import Agent, AgentConfig, AgentContext, AgentOutcome, ExitReason
+from anyswe.errors import AgentError
+
+
+class ReplayConfig(AgentConfig):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["replay"] = "replay"
+    predictions: Path = Field(description="SWE-bench predictions JSONL (or JSON list).")
+    model_name_or_path: str | None = Field(default=None, description="Keep only this model's rows.")
+
+
+class ReplayAgent(Agent):
+    name: ClassVar[str] = "replay"
+    config_class = ReplayConfig
+    needs_model = False
+    config: ReplayConfig
+
+    @cached_property
+    def patches(self) -> dict[str, str]:
+        path = self.config.predictions
+        if not path.is_file():
+            raise AgentError(f"replay: predictions file not found: {path}")
+        text = path.read_text()
+        try:
+            rows = (
+                json.loads(text) if path.suffix == ".json" else [json.loads(x) for x in text.splitlines() if x.strip()]
+            )
+        except json.JSONDecodeError as exc:
+            raise AgentError(f"replay: {path}: invalid JSON: {exc}") from None
+        out: dict[str, str] = {}
+        for n, row in enumerate(rows, 1):
+            if not isinstance(row, dict) or "instance_id" not in row or "model_patch" not in row:
+                raise AgentError(f"replay: {path}: row {n} lacks instance_id or model_patch")
+            if self.config.model_name_or_path and row.get("model_name_or_path") != self.config.model_name_or_path:
+                continue
+            out[row["instance_id"]] = row["model_patch"] or ""
+        return out
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        patch = self.patches.get(ctx.task.instance_id)
+        if patch is None:
+            ctx.log(f"replay: no prediction for {ctx.task.instance_id}")
+            return AgentOutcome(exit_reason=ExitReason.ERROR, submitted_patch="")
+        ctx.log(f"replay: submitting {len(patch)} characters of patch")
+        return AgentOutcome(submitted_patch=patch)

@@ -1,0 +1,132 @@
+"""The demo benchmark: small Python repos with real bugs and real pytest tests, shipped in the package.
+
+Each task is a directory under ``tasks/``: ``task.json`` (problem statement, FAIL_TO_PASS,
+PASS_TO_PASS), ``base/`` (the repo at its base commit), ``fix/`` (files as the fix leaves them),
+``tests/`` (test files as the test patch leaves them) and optionally ``sloppy/`` (a fix that makes
+the failing tests pass but breaks a passing one). The SWE-bench row (base_commit, patch,
+test_patch) is derived with git, deterministically, so the source of truth is the files alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+
+from anyswe.config import cache_dir
+from anyswe.datasets.instance import Instance
+from anyswe.errors import DatasetError
+
+TASKS_DIR = Path(__file__).parent / "tasks"
+_FORMAT = "2"  # bump when the derivation below changes, to invalidate cached rows
+# Fixed identity and dates make the base commit hash a function of the files alone.
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "anyswe",
+    "GIT_AUTHOR_EMAIL": "demo@anyswe.invalid",
+    "GIT_COMMITTER_NAME": "anyswe",
+    "GIT_COMMITTER_EMAIL": "demo@anyswe.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+00:00",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+00:00",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, **_GIT_ENV}
+    r = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise DatasetError(f"demo: git {' '.join(args)} failed in {repo}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def content_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(str(f.relative_to(path)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _overlay_diff(repo: Path, overlay: Path) -> str:
+    """The binary diff against HEAD after copying ``overlay`` over the work tree; the tree is reset after."""
+    shutil.copytree(overlay, repo, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    # Rebuild the index from content: a copied file of the same size and an older mtime would
+    # otherwise look unchanged to git's stat cache.
+    _git(repo, "rm", "-r", "-q", "--cached", ".")
+    _git(repo, "add", "-A")
+    diff = _git(repo, "diff", "--cached", "--binary", "HEAD")
+    _git(repo, "reset", "-q", "--hard", "HEAD")
+    _git(repo, "clean", "-fdq")
+    return diff
+
+
+def materialize(task_dir: Path) -> tuple[Instance, Path]:
+    """The task's row and a directory holding ``testbed/`` (the repo with only its base commit)."""
+    meta = json.loads((task_dir / "task.json").read_text())
+    digest = hashlib.sha256(f"{_FORMAT}:{content_hash(task_dir)}".encode()).hexdigest()[:16]
+    out = cache_dir() / "demo" / f"{task_dir.name}-{digest}"
+    row_path = out / "row.json"
+    if row_path.is_file():
+        return Instance.model_validate_json(row_path.read_text()), out
+    tmp = Path(tempfile.mkdtemp(prefix=f"{task_dir.name}-", dir=out.parent if out.parent.exists() else None))
+    try:
+        repo = tmp / "testbed"
+        shutil.copytree(task_dir / "base", repo, ignore=shutil.ignore_patterns("__pycache__"))
+        _git(repo, "init", "-q", "-b", "main")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", "base")
+        base_commit = _git(repo, "rev-parse", "HEAD").strip()
+        extra = {}
+        if (task_dir / "sloppy").is_dir():
+            extra["sloppy_patch"] = _overlay_diff(repo, task_dir / "sloppy")
+        row = {
+            **{k: v for k, v in meta.items() if k != "traits"},
+            "base_commit": base_commit,
+            "patch": _overlay_diff(repo, task_dir / "fix"),
+            "test_patch": _overlay_diff(repo, task_dir / "tests"),
+            "demo_traits": meta.get("traits", []),
+            **extra,
+        }
+        instance = Instance.model_validate(row)
+        (tmp / "row.json").write_text(instance.model_dump_json(indent=1))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(tmp, out)
+        except OSError:  # another process materialized it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return instance, out
+
+
+@cache
+def task_dirs() -> dict[str, Path]:
+    """instance_id -> task directory."""
+    found = {}
+    for d in sorted(TASKS_DIR.iterdir()):
+        if (d / "task.json").is_file():
+            found[json.loads((d / "task.json").read_text())["instance_id"]] = d
+    return found
+
+
+def load() -> list[Instance]:
+    return [materialize(d)[0] for d in task_dirs().values()]
+
+
+def build_context(instance_id: str, base_image: str) -> tuple[Path, str]:
+    """A docker build context for the task image (base image + /testbed) and its content tag."""
+    task_dir = task_dirs().get(instance_id)
+    if task_dir is None:
+        raise DatasetError(f"no demo task {instance_id!r}")
+    _, out = materialize(task_dir)
+    dockerfile = f"FROM {base_image}\nCOPY testbed /testbed\nWORKDIR /testbed\n"
+    (out / "Dockerfile").write_text(dockerfile)
+    tag_hash = hashlib.sha256((out.name + "\0" + dockerfile).encode()).hexdigest()[:12]
+    name = instance_id.replace("__", "_1776_").lower()
+    return out, f"anyswe-demo/{name}:{tag_hash}"

@@ -1,0 +1,12 @@
+class Inventory:
+    def __init__(self):
+        self._stock = {}
+
+    def add(self, item, n=1):
+        self._stock[item] = self._stock.get(item, 0) + n
+
+    def remove(self, item, n=1):
+        self._stock[item] = self._stock.get(item, 0) - n
+
+    def count(self, item):
+        return self._stock.get(item, 0)

@@ -1,0 +1,2 @@
+def load(values):
+    return {"retries": values["retries"], "timeout": values["timeout"]}

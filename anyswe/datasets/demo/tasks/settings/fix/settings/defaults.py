@@ -1,0 +1,1 @@
+DEFAULTS = {"retries": 3, "timeout": 30}

@@ -1,0 +1,3 @@
+from slug.core import slugify
+
+__all__ = ["slugify"]

@@ -1,0 +1,5 @@
+from slug.normalize import normalize
+
+
+def slugify(text):
+    return normalize(text).replace(" ", "-")

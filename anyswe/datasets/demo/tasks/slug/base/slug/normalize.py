@@ -1,0 +1,3 @@
+def normalize(text):
+    """Strip surrounding white space."""
+    return text.strip()

@@ -1,0 +1,5 @@
+from slug import slugify
+
+
+def test_simple():
+    assert slugify("abc") == "abc"

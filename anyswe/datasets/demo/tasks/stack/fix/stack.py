@@ -1,0 +1,15 @@
+class Stack:
+    def __init__(self):
+        self._items = []
+
+    def push(self, item):
+        self._items.append(item)
+
+    def pop(self):
+        return self._items.pop()
+
+    def peek(self):
+        return self._items[-1] if self._items else None
+
+    def __len__(self):
+        return len(self._items)

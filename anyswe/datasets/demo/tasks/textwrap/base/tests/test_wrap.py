@@ -1,0 +1,12 @@
+import pytest
+
+from wrap import shorten
+
+
+def test_short_text_unchanged():
+    assert shorten("abc", 5) == "abc"
+
+
+@pytest.mark.skip(reason="unicode widths are not supported yet")
+def test_wide_characters():
+    assert shorten("\u4e16\u754c", 1) == "\u4e16"

@@ -1,0 +1,4 @@
+def shorten(text, width):
+    if len(text) <= width:
+        return text
+    return text[: max(width - 3, 0)] + "..."

@@ -1,0 +1,72 @@
+"""Apply a model patch and run the eval script in a fresh sandbox, exactly as swebench does."""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from anyswe.grading import swebench as sb
+from anyswe.grading.base import Harness, Verdict
+
+if TYPE_CHECKING:
+    from anyswe.datasets.instance import Instance
+    from anyswe.sandbox import Sandbox
+
+PATCH_PATH = "/tmp/patch.diff"
+EVAL_PATH = "/eval.sh"
+
+
+async def apply_patch(sandbox: Sandbox, patch: str, workdir: str) -> tuple[str | None, str]:
+    """Run swebench's ladder (``git apply``, ``--reject``, ``patch --fuzz=5``); the rung that worked, and a log."""
+    await sandbox.write_file(PATCH_PATH, patch.encode())
+    log = []
+    for rung in sb.patch_apply_ladder():
+        r = await sandbox.exec([*shlex.split(rung), PATCH_PATH], workdir=workdir, timeout=300)
+        log.append(f"$ {rung} {PATCH_PATH}\n(exit {r.exit_code})\n{r.stdout}{r.stderr}")
+        if r.ok:
+            log.append(sb.APPLY_PATCH_PASS)
+            return rung, "\n".join(log)
+    log.append(sb.APPLY_PATCH_FAIL)
+    return None, "\n".join(log)
+
+
+async def grade_patch(
+    sandbox: Sandbox, instance: Instance, harness: Harness, patch: str | None, *, timeout: float
+) -> Verdict:
+    """Grade ``patch`` for ``instance`` inside ``sandbox`` (which must be fresh, from the task image).
+
+    An empty patch and a patch no rung can apply are unresolved without running the tests, as in
+    swebench's ``run_instance``.
+    """
+    harness.prepare(instance)
+    script = harness.eval_script(instance)
+    if not patch or not patch.strip():
+        return Verdict(resolved=False, patch_exists=False, patch_applied=False, eval_script=script)
+    rung, apply_log = await apply_patch(sandbox, patch, harness.workdir)
+    if rung is None:
+        return Verdict(
+            resolved=False,
+            patch_exists=True,
+            patch_applied=False,
+            eval_script=script,
+            apply_log=apply_log,
+            test_output=apply_log,
+        )
+    await sandbox.write_file(EVAL_PATH, script.encode(), mode=0o755)
+    # One stream, stderr folded in: `set -x` puts the markers on stderr, in order with pytest's output.
+    r = await sandbox.exec(["bash", "-c", f"/bin/bash {EVAL_PATH} 2>&1"], workdir=harness.workdir, timeout=timeout)
+    output = r.stdout
+    if r.timed_out:
+        output += f"\n{sb.TESTS_TIMEOUT} after {timeout:g} seconds\n"
+    report = harness.grade_log(instance, output)
+    return Verdict(
+        resolved=bool(report.get("resolved")),
+        patch_exists=True,
+        patch_applied=True,
+        applied_by=rung,
+        tests_status=report.get("tests_status", {}),
+        test_output=output,
+        eval_script=script,
+        apply_log=apply_log,
+        tests_timed_out=r.timed_out,
+    )

@@ -1,0 +1,59 @@
+"""The generic pytest harness for local datasets (the demo benchmark, a user's own JSONL).
+
+Its eval script has the shape of swebench's (reset the test files, apply the test patch, run the
+tests between the markers, reset again) without conda; its verdicts come from swebench's own
+``get_eval_report`` with the pytest log parser, the repo registered as a custom spec.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from anyswe.grading import swebench as sb
+from anyswe.grading.base import Harness
+
+if TYPE_CHECKING:
+    from anyswe.datasets.instance import Instance
+
+TEST_CMD = "python3 -m pytest -rA -p no:cacheprovider"
+
+
+def _delimiter(text: str) -> str:
+    delim = "EOF_114329324912"
+    while delim in text:
+        delim += "_X"
+    return delim
+
+
+class PytestHarness(Harness):
+    name: ClassVar[str] = "pytest"
+
+    def prepare(self, instance: Instance) -> None:
+        sb.register_custom_repo(instance.repo, instance.version, test_cmd=TEST_CMD, parser="pytest")
+
+    def eval_script(self, instance: Instance) -> str:
+        base = instance.base_commit
+        existing = sb.modified_files(instance.test_patch)
+        targets = sb.patch_targets(instance.test_patch)
+        reset = f"git checkout {base} {' '.join(shlex.quote(f) for f in existing)}" if existing else ":"
+        delim = _delimiter(instance.test_patch)
+        lines = [
+            "#!/bin/bash",
+            "set -uxo pipefail",
+            f"cd {self.workdir}",
+            f"git config --global --add safe.directory {self.workdir}",
+            "git status",
+            f"git -c core.fileMode=false diff {base}",
+            reset,
+            f"git apply -v - <<'{delim}'\n{instance.test_patch}\n{delim}",
+            f": '{sb.START_TEST_OUTPUT}'",
+            " ".join([TEST_CMD, *(shlex.quote(t) for t in targets)]),
+            f": '{sb.END_TEST_OUTPUT}'",
+            reset,
+        ]
+        return "\n".join(lines) + "\n"
+
+    def grade_log(self, instance: Instance, test_output: str) -> dict[str, Any]:
+        self.prepare(instance)
+        return sb.eval_report(instance, test_output)

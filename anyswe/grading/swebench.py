@@ -1,0 +1,188 @@
+"""The one module that imports swebench: its log parsers, eval scripts and verdict rules.
+
+anyswe never re-implements SWE-bench's pass/fail rules; every verdict comes from swebench 4.1.0's
+own ``get_eval_report``, so a resolve rate here means what it means on the official leaderboard.
+swebench is imported lazily (it is heavy) and its version is checked before first use: grading a
+SWE-bench instance with another version stops with :class:`GradingError`, never falls back.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from anyswe.errors import GradingError
+
+if TYPE_CHECKING:
+    from anyswe.datasets.instance import Instance
+
+REQUIRED_VERSION = "4.1.0"
+
+# Eval-script markers and the patch-apply ladder, mirrored from swebench (checked equal at import).
+START_TEST_OUTPUT = ">>>>> Start Test Output"
+END_TEST_OUTPUT = ">>>>> End Test Output"
+APPLY_PATCH_FAIL = ">>>>> Patch Apply Failed"
+APPLY_PATCH_PASS = ">>>>> Applied Patch"
+TESTS_TIMEOUT = ">>>>> Tests Timed Out"
+
+
+@cache
+def _swebench() -> ModuleType:
+    try:
+        import swebench
+    except ImportError as exc:
+        raise GradingError(f"swebench is not installed; grading needs swebench=={REQUIRED_VERSION} (uv sync)") from exc
+    version = getattr(swebench, "__version__", "unknown")
+    if version != REQUIRED_VERSION:
+        raise GradingError(
+            f"swebench {version} is installed, but grading needs exactly {REQUIRED_VERSION}: "
+            "verdicts depend on its log parsers and eval scripts"
+        )
+    from swebench.harness import constants
+
+    assert constants.START_TEST_OUTPUT == START_TEST_OUTPUT
+    assert constants.END_TEST_OUTPUT == END_TEST_OUTPUT
+    assert constants.APPLY_PATCH_FAIL == APPLY_PATCH_FAIL
+    module: ModuleType = swebench
+    return module
+
+
+def version() -> str:
+    return str(_swebench().__version__)
+
+
+def patch_apply_ladder() -> list[str]:
+    """swebench's ``GIT_APPLY_CMDS``, in order; each takes the patch path as its last argument."""
+    _swebench()
+    from swebench.harness.run_evaluation import GIT_APPLY_CMDS
+
+    return list(GIT_APPLY_CMDS)
+
+
+def known_repo(repo: str) -> bool:
+    _swebench()
+    from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
+
+    return repo in MAP_REPO_VERSION_TO_SPECS
+
+
+def register_custom_repo(repo: str, version: str, *, test_cmd: str, parser: str = "pytest", **specs: Any) -> None:
+    """Make ``repo``/``version`` known to swebench (its spec maps), graded by a named log parser.
+
+    This is how datasets outside SWE-bench (the demo benchmark, local JSONL) are graded through the
+    very same ``get_eval_report`` as SWE-bench itself.
+    """
+    _swebench()
+    from swebench.harness.constants import MAP_REPO_TO_EXT, MAP_REPO_VERSION_TO_SPECS
+    from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
+    from swebench.harness.log_parsers.python import parse_log_pytest
+
+    parsers = {"pytest": parse_log_pytest}
+    if parser not in parsers:
+        raise GradingError(f"unknown log parser {parser!r}; known: {', '.join(parsers)}")
+    MAP_REPO_VERSION_TO_SPECS.setdefault(repo, {})[version] = {"test_cmd": test_cmd, **specs}
+    MAP_REPO_TO_PARSER[repo] = parsers[parser]
+    MAP_REPO_TO_EXT.setdefault(repo, "py")
+
+
+def _row(instance: Instance) -> dict[str, Any]:
+    row = instance.model_dump()
+    row["FAIL_TO_PASS"] = json.dumps(instance.FAIL_TO_PASS)
+    row["PASS_TO_PASS"] = json.dumps(instance.PASS_TO_PASS)
+    return row
+
+
+def eval_script(instance: Instance) -> str:
+    """The eval script swebench's ``make_eval_script_list`` builds for ``instance``, offline.
+
+    ``make_test_spec`` would also build the environment script, which downloads requirement files
+    for many instances; grading needs only the eval script.
+    """
+    _swebench()
+    from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
+    from swebench.harness.test_spec.create_scripts import make_eval_script_list
+
+    try:
+        specs = MAP_REPO_VERSION_TO_SPECS[instance.repo][instance.version]
+    except KeyError:
+        raise GradingError(
+            f"{instance.instance_id}: swebench {REQUIRED_VERSION} has no spec for repo {instance.repo!r} "
+            f"version {instance.version!r}"
+        ) from None
+    lines = make_eval_script_list(
+        _row(instance), specs, "testbed", "/testbed", instance.base_commit, instance.test_patch
+    )
+    return "\n".join(["#!/bin/bash", "set -uxo pipefail", *lines]) + "\n"
+
+
+def _test_spec(instance: Instance) -> Any:
+    _swebench()
+    from swebench.harness.constants import MAP_REPO_TO_EXT
+    from swebench.harness.test_spec.test_spec import TestSpec
+
+    return TestSpec(
+        instance_id=instance.instance_id,
+        repo=instance.repo,
+        version=instance.version,
+        repo_script_list=[],
+        eval_script_list=[],
+        env_script_list=[],
+        arch="x86_64",
+        FAIL_TO_PASS=instance.FAIL_TO_PASS,
+        PASS_TO_PASS=instance.PASS_TO_PASS,
+        language=MAP_REPO_TO_EXT.get(instance.repo, "py"),
+        docker_specs={},
+        namespace=None,
+    )
+
+
+def eval_report(instance: Instance, test_output: str, *, model_patch: str | None = "x") -> dict[str, Any]:
+    """swebench's ``get_eval_report`` for a test log: ``{resolved, patch_successfully_applied, tests_status,...}``.
+
+    Includes swebench's fallback to the whole log when the marked span has no results.
+    """
+    _swebench()
+    from swebench.harness.grading import get_eval_report
+    from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
+
+    if instance.repo not in MAP_REPO_TO_PARSER:
+        raise GradingError(f"{instance.instance_id}: swebench has no log parser for repo {instance.repo!r}")
+    with tempfile.TemporaryDirectory(prefix="anyswe-grade-") as tmp:
+        log_path = Path(tmp) / "test_output.txt"
+        log_path.write_text(test_output)
+        prediction = {"instance_id": instance.instance_id, "model_name_or_path": "anyswe", "model_patch": model_patch}
+        try:
+            report = get_eval_report(_test_spec(instance), prediction, str(log_path), include_tests_status=True)
+        except Exception as exc:  # a parser crash on a strange log is a grading error, not a verdict
+            raise GradingError(f"{instance.instance_id}: swebench could not grade the log: {exc!r}") from exc
+    result: dict[str, Any] = report[instance.instance_id]
+    result.setdefault("tests_status", _empty_tests_status())
+    return result
+
+
+def _empty_tests_status() -> dict[str, dict[str, list[str]]]:
+    return {k: {"success": [], "failure": []} for k in ("FAIL_TO_PASS", "PASS_TO_PASS", "FAIL_TO_FAIL", "PASS_TO_FAIL")}
+
+
+def modified_files(patch: str) -> list[str]:
+    """The files a diff touches, by swebench's own reading."""
+    _swebench()
+    from swebench.harness.utils import get_modified_files
+
+    return list(get_modified_files(patch))
+
+
+def patch_targets(patch: str) -> list[str]:
+    """Every file a diff leaves behind (added and modified, not deleted), in diff order."""
+    _swebench()
+    from unidiff import PatchSet  # type: ignore[attr-defined]
+
+    out = []
+    for f in PatchSet(patch):
+        if f.target_file != "/dev/null" and f.target_file.startswith("b/"):
+            out.append(f.target_file[2:])
+    return out

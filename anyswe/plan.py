@@ -1,0 +1,215 @@
+"""The planner: a spec becomes cells (agent x model x provider) and tasks (cell x instance x sample).
+
+Each task has a stable key: a hash of everything that can change its result (agent config with
+files replaced by their content hash, model id and parameters, provider type and limits, the
+instance row, timeouts, harness, sample index) and nothing that cannot (paths, ports, names,
+times), so re-applying a spec finds its finished tasks again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from anyswe.agents import agent_class
+from anyswe.datasets import Dataset, Instance, filter_instances, load_dataset
+from anyswe.errors import PlanError
+from anyswe.spec import ApptainerProviderSpec, MatrixRule, Spec
+
+#: Provider fields that cannot change a result (where and how many, not what).
+_PROVIDER_NEUTRAL = {"concurrency", "startup_timeout", "state_dir", "binary", "sif", "extra_options"}
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    agent: str
+    model: str | None
+    provider: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.agent}.{self.model or 'none'}.{self.provider}"
+
+
+@dataclass(frozen=True)
+class Task:
+    cell: Cell
+    instance_id: str
+    sample: int
+    key: str
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "cell": self.cell.id,
+            "agent": self.cell.agent,
+            "model": self.cell.model,
+            "provider": self.cell.provider,
+            "instance_id": self.instance_id,
+            "sample": self.sample,
+        }
+
+
+@dataclass
+class Plan:
+    spec: Spec
+    dataset: Dataset
+    instances: list[Instance]
+    cells: list[Cell]
+    tasks: list[Task] = field(default_factory=list)
+
+    def instance(self, instance_id: str) -> Instance:
+        return self._by_id[instance_id]
+
+    def __post_init__(self) -> None:
+        self._by_id = {i.instance_id: i for i in self.instances}
+
+    def cell_rows(self) -> list[dict[str, Any]]:
+        counts: dict[Cell, int] = {}
+        for t in self.tasks:
+            counts[t.cell] = counts.get(t.cell, 0) + 1
+        return [
+            {
+                "cell": c.id,
+                "agent": c.agent,
+                "model": c.model,
+                "provider": c.provider,
+                "provider_type": self.spec.providers[c.provider].type,
+                "tasks": counts.get(c, 0),
+            }
+            for c in self.cells
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec.name,
+            "dataset": self.dataset.name,
+            "harness": self.harness_name,
+            "instances": len(self.instances),
+            "samples": self.spec.samples,
+            "cells": self.cell_rows(),
+            "tasks": [t.row() for t in self.tasks],
+        }
+
+    @property
+    def harness_name(self) -> str:
+        return self.spec.grading.harness or self.spec.dataset.harness or self.dataset.harness
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _content_of_paths(obj: Any) -> Any:
+    """Replace file paths by the hash of their content: the key must not depend on where files are."""
+    if isinstance(obj, dict):
+        return {k: _content_of_paths(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_content_of_paths(v) for v in obj]
+    if isinstance(obj, Path):
+        return {"sha256": hashlib.sha256(obj.read_bytes()).hexdigest()} if obj.is_file() else {"missing": True}
+    return obj
+
+
+def _matches(rule: MatrixRule, cell: Cell) -> bool:
+    return all(
+        want is None or want == have
+        for want, have in ((rule.agent, cell.agent), (rule.model, cell.model), (rule.provider, cell.provider))
+    )
+
+
+def expand_cells(spec: Spec) -> list[Cell]:
+    """The matrix product, then ``include`` added and ``exclude`` removed; incompatible pairs rejected."""
+    agents = spec.matrix.agents or list(spec.agents)
+    models = spec.matrix.models if spec.matrix.models is not None else list(spec.models)
+    providers = spec.matrix.providers or list(spec.providers)
+
+    def needs_model(agent: str) -> bool:
+        return agent_class(spec.agents[agent].type).needs_model
+
+    cells: list[Cell] = []
+    for agent in agents:
+        if needs_model(agent):
+            if not models:
+                raise PlanError(f"agent {agent!r} ({spec.agents[agent].type}) needs a model, and none is declared")
+            cells += [Cell(agent, m, p) for m in models for p in providers]
+        else:
+            cells += [Cell(agent, None, p) for p in providers]
+    for n, rule in enumerate(spec.matrix.include):
+        if rule.agent is None or rule.provider is None:
+            raise PlanError(f"matrix.include[{n}]: an included cell needs at least `agent` and `provider`")
+        for kind, name, declared in (("agent", rule.agent, spec.agents), ("provider", rule.provider, spec.providers)):
+            if name not in declared:
+                raise PlanError(f"matrix.include[{n}]: unknown {kind} {name!r}")
+        if needs_model(rule.agent) and rule.model is None:
+            raise PlanError(f"matrix.include[{n}]: agent {rule.agent!r} needs a model")
+        if not needs_model(rule.agent) and rule.model is not None:
+            raise PlanError(
+                f"matrix.include[{n}]: agent {rule.agent!r} ({spec.agents[rule.agent].type}) is model-free "
+                f"and cannot be combined with model {rule.model!r}"
+            )
+        if rule.model is not None and rule.model not in spec.models:
+            raise PlanError(f"matrix.include[{n}]: unknown model {rule.model!r}")
+        cell = Cell(rule.agent, rule.model, rule.provider)
+        if cell not in cells:
+            cells.append(cell)
+    cells = [c for c in cells if not any(_matches(r, c) for r in spec.matrix.exclude)]
+    if not cells:
+        raise PlanError("the matrix is empty after include/exclude")
+    return cells
+
+
+def task_key(spec: Spec, cell: Cell, instance: Instance, sample: int, harness: str) -> str:
+    agent_cfg = spec.agents[cell.agent]
+    provider = spec.providers[cell.provider]
+    model = spec.models[cell.model] if cell.model else None
+    payload = {
+        "agent": _content_of_paths(agent_cfg.model_dump()),
+        "model": None if model is None else {"api": model.api, "model": model.model, "params": model.params},
+        "provider": {k: v for k, v in provider.model_dump(mode="json").items() if k not in _PROVIDER_NEUTRAL},
+        "instance": _digest(instance.model_dump(mode="json")),
+        "timeouts": {"agent": spec.timeouts.agent, "grading": spec.timeouts.grading},
+        "harness": harness,
+        "sample": sample,
+    }
+    return f"{_digest(payload)[:16]}__{instance.instance_id}"
+
+
+def make_plan(spec: Spec, dataset: Dataset | None = None) -> Plan:
+    """Expand ``spec``; the dataset is loaded (and filtered) unless given."""
+    ds = spec.dataset
+    if dataset is None:
+        dataset = load_dataset(ds.name, ds.path, harness=ds.harness)
+    instances = filter_instances(
+        dataset.instances, instance_ids=ds.instance_ids, repos=ds.repos, limit=ds.limit, seed=ds.seed
+    )
+    if not instances:
+        raise PlanError(f"dataset {dataset.name!r} has no instances left after filtering")
+    cells = expand_cells(spec)
+    for cell in cells:
+        provider = spec.providers[cell.provider]
+        has_sif = isinstance(provider, ApptainerProviderSpec) and provider.sif
+        if not (dataset.builds_images or provider.image or dataset.image_template or has_sif):
+            raise PlanError(
+                f"provider {cell.provider!r}: dataset {dataset.name!r} does not build its images; "
+                f"set providers.{cell.provider}.image"
+            )
+    plan = Plan(spec=spec, dataset=dataset, instances=instances, cells=cells)
+    harness = plan.harness_name
+    plan.tasks = [
+        Task(cell, inst.instance_id, s, task_key(spec, cell, inst, s, harness))
+        for cell in cells
+        for inst in instances
+        for s in range(spec.samples)
+    ]
+    return plan
+
+
+def cell_from_row(row: dict[str, Any]) -> Cell:
+    return Cell(row["agent"], row.get("model"), row["provider"])
+
+
+__all__ = ["Cell", "Plan", "Task", "cell_from_row", "expand_cells", "make_plan", "task_key"]

@@ -1,0 +1,178 @@
+"""The run directory: resolved spec, plan, append-only results.jsonl, per-task artefacts, aggregates.
+
+results.jsonl holds one flat JSON object per finished task attempt, appended with flush and fsync,
+so a crash loses at most the attempt being written. A torn last line (a crash mid-write) is cut off
+when the store opens for writing. A task counts as done when it has an attempt that did not end in
+an infrastructure error; re-applying runs only tasks that are not done, so no result is lost and
+none is duplicated. One process at a time may write to a run directory (an flock says so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import statistics
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from anyswe.errors import ResultsError
+
+RESULTS = "results.jsonl"
+#: error kinds after which a task is run again on the next apply (the task itself never failed).
+RETRYABLE = frozenset({"infra", "internal"})
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Every complete row of a results.jsonl (a torn last line is ignored)."""
+    if not path.is_file():
+        return []
+    rows = []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if n == len(lines):  # torn final line: the process died mid-write
+                break
+            raise ResultsError(f"{path}:{n}: corrupt line in results") from None
+    return rows
+
+
+def latest_attempts(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per task key: its last attempt."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        latest[row["key"]] = row
+    return list(latest.values())
+
+
+class RunStore:
+    """A run directory opened for writing (``with RunStore(path) as store:``)."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.results_path = self.run_dir / RESULTS
+        self._lock_fh: IO[str] | None = None
+        self._out: IO[bytes] | None = None
+        self._write_lock = threading.Lock()
+
+    def __enter__(self) -> RunStore:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fh = open(self.run_dir / ".lock", "w")
+        try:
+            fcntl.flock(self._lock_fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_fh.close()
+            raise ResultsError(f"another anyswe process is writing to {self.run_dir}") from None
+        self._repair_tail()
+        self._out = open(self.results_path, "ab")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._out is not None:
+            self._out.close()
+        if self._lock_fh is not None:
+            fcntl.flock(self._lock_fh, fcntl.LOCK_UN)
+            self._lock_fh.close()
+
+    def _repair_tail(self) -> None:
+        if not self.results_path.is_file():
+            return
+        data = self.results_path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            with open(self.results_path, "r+b") as fh:
+                fh.truncate(cut)
+                fh.flush()
+                os.fsync(fh.fileno())
+
+    # -- rows -------------------------------------------------------------------------------------
+
+    def rows(self) -> list[dict[str, Any]]:
+        return read_rows(self.results_path)
+
+    def done_keys(self) -> set[str]:
+        return {r["key"] for r in self.rows() if r.get("error_kind") not in RETRYABLE}
+
+    def attempts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.rows():
+            counts[r["key"]] = counts.get(r["key"], 0) + 1
+        return counts
+
+    def append(self, row: dict[str, Any]) -> None:
+        """Append one row durably: written, flushed and fsynced before returning."""
+        if self._out is None:
+            raise ResultsError("the run store is not open")
+        line = json.dumps(row, sort_keys=True, default=str).encode() + b"\n"
+        with self._write_lock:
+            self._out.write(line)
+            self._out.flush()
+            os.fsync(self._out.fileno())
+
+    # -- artefacts --------------------------------------------------------------------------------
+
+    def task_dir(self, key: str) -> Path:
+        d = self.run_dir / "tasks" / key
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def write_text(self, name: str, text: str) -> None:
+        _atomic_write(self.run_dir / name, text)
+
+    def write_aggregates(self) -> dict[str, dict[str, float]]:
+        """``cells/<cell>/aggregate_metrics.json`` for every cell with results."""
+        by_cell: dict[str, list[dict[str, Any]]] = {}
+        for row in latest_attempts(self.rows()):
+            by_cell.setdefault(row["cell"], []).append(row)
+        out = {}
+        for cell, rows in by_cell.items():
+            metrics = aggregate(rows)
+            _atomic_write(
+                self.run_dir / "cells" / cell / "aggregate_metrics.json", json.dumps(metrics, indent=2) + "\n"
+            )
+            out[cell] = metrics
+        return out
+
+
+def _numeric(rows: list[dict[str, Any]]) -> Iterator[tuple[str, list[float]]]:
+    names = sorted(
+        {k for r in rows for k, v in r.items() if isinstance(v, (int, float)) and k not in ("sample", "attempt")}
+    )
+    for name in names:
+        values = [float(r[name]) for r in rows if isinstance(r.get(name), (int, float)) and r.get(name) is not None]
+        if values:
+            yield name, values
+
+
+def aggregate(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """mean/min/max/median/std of every numeric (and boolean) field; ``mean/reward`` is the resolve rate."""
+    out: dict[str, float] = {"count": float(len(rows))}
+    for name, values in _numeric(rows):
+        out[f"mean/{name}"] = statistics.fmean(values)
+        out[f"min/{name}"] = min(values)
+        out[f"max/{name}"] = max(values)
+        out[f"median/{name}"] = statistics.median(values)
+        out[f"std/{name}"] = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {k: (v if math.isfinite(v) else 0.0) for k, v in out.items()}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def open_store(run_dir: str | Path) -> Iterator[RunStore]:
+    with RunStore(run_dir) as store:
+        yield store

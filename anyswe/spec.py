@@ -1,0 +1,309 @@
+"""Experiment specs: pydantic models of the YAML file, loaded with ruamel.yaml so errors point at lines.
+
+Every error names the file, line, column and field (``specs/x.yaml:12:5: agents.gold.typo: ...``);
+``--set a.b=c`` overrides any field before validation, and an error in an override names it.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from anyswe.agents import AgentConfig, agent_class
+from anyswe.errors import SpecError
+from anyswe.sandbox.apptainer import ApptainerConfig
+from anyswe.sandbox.docker import DockerConfig
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DatasetSpec(_Strict):
+    """Which instances to run."""
+
+    name: str | None = Field(default=None, description="A known dataset name, e.g. 'demo'.")
+    path: Path | None = Field(default=None, description="A JSONL/JSON/parquet file of rows (relative to the spec).")
+    split: str = "test"
+    harness: str | None = Field(default=None, description="Grading harness; default: the dataset's own.")
+    instance_ids: list[str] | None = None
+    repos: list[str] | None = None
+    limit: int | None = Field(default=None, ge=1)
+    seed: int | None = None
+
+    @model_validator(mode="after")
+    def _name_or_path(self) -> DatasetSpec:
+        if self.name is None and self.path is None:
+            raise ValueError("give the dataset a `name` or a `path`")
+        return self
+
+
+class ModelSpec(_Strict):
+    """A model endpoint. The key is never in the spec: only the *name* of the env var that holds it."""
+
+    api: Literal["openai-chat", "openai-responses", "anthropic-messages"]
+    model: str = Field(description="The model id sent to the API.")
+    base_url: str | None = None
+    api_key_env: str | None = Field(default=None, description="Name of the environment variable holding the key.")
+    params: dict[str, Any] = Field(default_factory=dict, description="Sampling parameters (temperature, ...).")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.match(value):
+            raise ValueError("must be the NAME of an environment variable (e.g. OPENAI_API_KEY), never the key itself")
+        return value
+
+
+class _ImageFields(BaseModel):
+    image: str | None = Field(
+        default=None,
+        description="Docker image template ({instance_id}, {instance_id_docker}, {repo}, {version}); "
+        "default: the dataset's own (built locally for the demo).",
+    )
+
+
+class DockerProviderSpec(DockerConfig, _ImageFields):
+    pass
+
+
+class ApptainerProviderSpec(ApptainerConfig, _ImageFields):
+    sif: str | None = Field(
+        default=None, description="SIF path template; default: converted from the docker image and cached."
+    )
+
+
+ProviderSpec = Annotated[DockerProviderSpec | ApptainerProviderSpec, Field(discriminator="type")]
+
+
+class MatrixRule(_Strict):
+    agent: str | None = None
+    model: str | None = None
+    provider: str | None = None
+
+
+class MatrixSpec(_Strict):
+    """Which agent x model x provider cells to run; each list defaults to everything declared."""
+
+    agents: list[str] | None = None
+    models: list[str] | None = None
+    providers: list[str] | None = None
+    include: list[MatrixRule] = Field(default_factory=list, description="Extra cells beyond the product.")
+    exclude: list[MatrixRule] = Field(default_factory=list, description="Cells to drop (all given fields match).")
+
+
+class TimeoutSpec(_Strict):
+    agent: float = Field(default=1800, gt=0, description="Seconds an agent may work on one task.")
+    grading: float = Field(default=1800, gt=0, description="Seconds the eval script may run.")
+    sandbox_start: float = Field(default=300, gt=0)
+
+
+class GradingSpec(_Strict):
+    harness: str | None = Field(default=None, description="Override the dataset's harness.")
+
+
+class Spec(_Strict):
+    """An experiment: a matrix of agents x models x providers over a dataset."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    dataset: DatasetSpec
+    agents: dict[str, AgentConfig] = Field(min_length=1)
+    models: dict[str, ModelSpec] = Field(default_factory=dict)
+    providers: dict[str, ProviderSpec] = Field(min_length=1)
+    matrix: MatrixSpec = Field(default_factory=MatrixSpec)
+    samples: int = Field(default=1, ge=1, description="Samples per instance and cell.")
+    timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
+    grading: GradingSpec = Field(default_factory=GradingSpec)
+    concurrency: int = Field(default=4, ge=1, description="Tasks in flight at once.")
+    output_dir: Path | None = Field(default=None, description="Run directory; default runs/<name>.")
+
+    @model_validator(mode="after")
+    def _matrix_names(self) -> Spec:
+        for field_name, declared in (
+            ("agents", self.agents),
+            ("models", self.models),
+            ("providers", self.providers),
+        ):
+            for name in getattr(self.matrix, field_name) or []:
+                if name not in declared:
+                    raise ValueError(
+                        f"matrix.{field_name} names {name!r}, which is not declared under `{field_name}` "
+                        f"(declared: {', '.join(declared) or 'none'})"
+                    )
+        return self
+
+    def run_dir(self) -> Path:
+        return self.output_dir or Path("runs") / self.name
+
+    def resolved_yaml(self) -> str:
+        """The spec with every default filled in, as YAML (written into the run directory)."""
+        from ruamel.yaml import YAML
+
+        yaml = YAML()
+        yaml.default_flow_style = False
+        buf = io.StringIO()
+        yaml.dump(self.model_dump(mode="json"), buf)
+        return buf.getvalue()
+
+
+# -- loading ------------------------------------------------------------------------------------
+
+
+def _locate(root: Any, loc: tuple[Any, ...]) -> tuple[int, int] | None:
+    """1-based (line, column) of the deepest YAML node on ``loc`` that exists."""
+    node, pos = root, None
+    for key in loc:
+        lc = getattr(node, "lc", None)
+        try:
+            if isinstance(node, dict) and key in node:
+                if lc is not None:
+                    line, col = lc.key(key)
+                    pos = (line + 1, col + 1)
+                node = node[key]
+            elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+                if lc is not None:
+                    line, col = lc.item(key)
+                    pos = (line + 1, col + 1)
+                node = node[key]
+            else:
+                break
+        except (KeyError, TypeError, AttributeError):
+            break
+    if pos is None and getattr(root, "lc", None) is not None:
+        pos = (root.lc.line + 1, root.lc.col + 1)
+    return pos
+
+
+def _parse_override(text: str) -> tuple[list[str | int], Any]:
+    from ruamel.yaml import YAML
+
+    if "=" not in text:
+        raise SpecError(f"--set {text!r}: expected KEY.PATH=VALUE")
+    path, raw = text.split("=", 1)
+    keys: list[str | int] = [int(k) if k.isdigit() else k for k in path.strip().split(".")]
+    if not path.strip() or any(k == "" for k in keys):
+        raise SpecError(f"--set {text!r}: empty key in {path!r}")
+    value = YAML(typ="safe").load(raw) if raw.strip() else ""
+    return keys, value
+
+
+def _apply_override(data: Any, keys: list[str | int], value: Any, text: str) -> None:
+    node = data
+    for i, key in enumerate(keys[:-1]):
+        nxt = keys[i + 1]
+        if isinstance(node, dict):
+            if key not in node or node[key] is None:
+                node[key] = [] if isinstance(nxt, int) else {}
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+        else:
+            raise SpecError(f"--set {text}: cannot descend into {'.'.join(map(str, keys[: i + 1]))}")
+    last = keys[-1]
+    if isinstance(node, dict):
+        node[last] = value
+    elif isinstance(node, list) and isinstance(last, int) and last <= len(node):
+        if last == len(node):
+            node.append(value)
+        else:
+            node[last] = value
+    else:
+        raise SpecError(f"--set {text}: cannot set {'.'.join(map(str, keys))}")
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Drop the tag pydantic inserts for a discriminated union (providers.<name>.<type>.field)."""
+    if len(loc) > 2 and loc[0] == "providers" and loc[2] in ("docker", "apptainer"):
+        return loc[:2] + loc[3:]
+    return loc
+
+
+def _format_errors(
+    exc: ValidationError, data: Any, source: str, overrides: dict[tuple[Any, ...], str], prefix: tuple[Any, ...] = ()
+) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = _clean_loc(prefix + tuple(err["loc"]))
+        field_path = ".".join(str(x) for x in loc) or "(top level)"
+        where = next((f"--set {t}" for p, t in overrides.items() if loc[: len(p)] == p), None)
+        if where is None:
+            pos = _locate(data, loc)
+            where = f"{source}:{pos[0]}:{pos[1]}" if pos else source
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (not allowed here)"
+        lines.append(f"{where}: {field_path}: {msg}")
+    return "\n".join(lines)
+
+
+def _validate_agents(
+    data: Any, source: str, overrides: dict[tuple[Any, ...], str]
+) -> tuple[dict[str, AgentConfig], list[str]]:
+    """Validate each ``agents.<name>`` block with its own agent's config class."""
+    configs: dict[str, AgentConfig] = {}
+    errors: list[str] = []
+    agents = data.get("agents")
+    if not isinstance(agents, dict):
+        return configs, errors  # reported by the Spec model
+    for name, raw in agents.items():
+        if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+            continue  # reported by the Spec model
+        try:
+            cls = agent_class(raw["type"]).config_class
+        except SpecError as exc:
+            pos = _locate(data, ("agents", name, "type"))
+            errors.append(f"{source}:{pos[0]}:{pos[1]}: agents.{name}.type: {exc}" if pos else f"{source}: {exc}")
+            continue
+        try:
+            configs[name] = cls.model_validate(dict(raw))
+        except ValidationError as exc:
+            errors.append(_format_errors(exc, data, source, overrides, prefix=("agents", name)))
+    return configs, errors
+
+
+def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Spec:
+    """Load and validate a spec file; ``overrides`` are ``a.b=c`` strings applied before validation."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError
+
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"spec file not found: {p}")
+    try:
+        data = YAML(typ="rt").load(p.read_text())
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
+        raise SpecError(f"invalid YAML: {exc.problem}", location=where) from None
+    if not isinstance(data, dict):
+        raise SpecError("the spec must be a mapping of fields", location=str(p))
+    applied: dict[tuple[Any, ...], str] = {}
+    for text in overrides:
+        keys, value = _parse_override(text)
+        _apply_override(data, keys, value, text)
+        applied[tuple(keys)] = text
+    agents, errors = _validate_agents(data, str(p), applied)
+    spec: Spec | None = None
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as exc:
+        errors.insert(0, _format_errors(exc, data, str(p), applied))
+    if errors or spec is None:
+        raise SpecError("\n".join(errors))
+    spec.agents = agents
+    # Paths in the spec are relative to the spec file; the run directory to where anyswe runs.
+    base = p.resolve().parent
+    if spec.dataset.path is not None and not spec.dataset.path.is_absolute():
+        spec.dataset.path = base / spec.dataset.path
+    for cfg in spec.agents.values():
+        pred = getattr(cfg, "predictions", None)
+        if isinstance(pred, Path) and not pred.is_absolute():
+            cfg.predictions = base / pred  # type: ignore[attr-defined]
+    return spec
