@@ -58,6 +58,17 @@ async def capture_patch(sandbox: Sandbox, workdir: str, base_commit: str) -> str
     return r.stdout
 
 
+def mask_sample(*, error_kind: str | None, agent_timed_out: bool, resolved: bool, exit_reason: ExitReason) -> bool:
+    """Whether a sample is left out of training and rates: it says nothing about the agent's skill.
+
+    Masked: an infrastructure, grading or internal error; an agent timeout; and a resolve reached
+    although the agent was stopped (max iterations, context window), which is luck, not a solution.
+    """
+    return bool(
+        error_kind in ("infra", "grading", "internal") or agent_timed_out or (resolved and exit_reason in _FORCED_STOPS)
+    )
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -156,10 +167,11 @@ async def run_task(env: TaskEnv, task: Task) -> dict[str, Any]:
     times["time_total"] = time.monotonic() - t_total
     row.update({k: round(v, 3) for k, v in times.items()})
     row.update({f"agent_{k}": v for k, v in outcome.metrics.items()})
-    row["mask_sample"] = bool(
-        row["error_kind"] in ("infra", "grading", "internal")
-        or row["agent_timed_out"]
-        or (row["resolved"] and outcome.exit_reason in _FORCED_STOPS)
+    row["mask_sample"] = mask_sample(
+        error_kind=row["error_kind"],
+        agent_timed_out=row["agent_timed_out"],
+        resolved=row["resolved"],
+        exit_reason=outcome.exit_reason,
     )
     row["finished_at"] = _now()
     _write_artifacts(out_dir, row, ctx, verdict, instance.instance_id)

@@ -1,0 +1,5 @@
+"""``python -m anyswe`` runs the command line."""
+
+from anyswe.cli import main
+
+main()

@@ -1,0 +1,97 @@
+"""A run killed part-way and applied again finishes only what was missing, with no duplicates."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from anyswe.results.store import read_rows
+
+pytestmark = pytest.mark.containers
+
+SPEC = """\
+name: resume
+dataset: {name: demo}
+agents:
+  gold: {type: gold}
+providers:
+  docker: {type: docker, concurrency: 2}
+concurrency: 2
+"""
+
+
+def start(spec: Path, out: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "anyswe", "apply", str(spec), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def wait_for_rows(path: Path, n: int, proc: subprocess.Popen[bytes], limit: float = 300) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if len(read_rows(path)) >= n:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"apply exited early: {proc.stdout.read().decode() if proc.stdout else ''}")
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {n} results after {limit}s")
+
+
+def docker_leftovers() -> list[str]:
+    out = subprocess.run(["docker", "ps", "-aq", "--filter", "label=anyswe.managed=1"], capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def finish_and_check(spec: Path, out: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "anyswe", "apply", str(spec), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = read_rows(out / "results.jsonl")
+    keys = [row["key"] for row in rows]
+    assert len(keys) == len(set(keys)) == 8, keys
+    assert all(row["resolved"] for row in rows)
+
+
+def test_sigkill_then_reapply(runtimes: None, tmp_path: Path) -> None:
+    spec, out = tmp_path / "spec.yaml", tmp_path / "run"
+    spec.write_text(SPEC)
+    proc = start(spec, out)
+    wait_for_rows(out / "results.jsonl", 2, proc)
+    os.killpg(proc.pid, signal.SIGKILL)  # a crash: no teardown runs
+    proc.wait()
+    done_before = {r["key"] for r in read_rows(out / "results.jsonl")}
+    assert 2 <= len(done_before) < 8
+    # The crash may leave containers; gc finds and removes every one.
+    r = subprocess.run([sys.executable, "-m", "anyswe", "gc"], capture_output=True, text=True, check=True)
+    assert "leftover sandbox(es) removed" in r.stdout
+    assert docker_leftovers() == []
+    finish_and_check(spec, out)
+    assert done_before <= {r["key"] for r in read_rows(out / "results.jsonl")}
+
+
+def test_ctrl_c_tears_down_and_keeps_results(runtimes: None, tmp_path: Path) -> None:
+    spec, out = tmp_path / "spec.yaml", tmp_path / "run"
+    spec.write_text(SPEC)
+    proc = start(spec, out)
+    wait_for_rows(out / "results.jsonl", 1, proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output.decode()
+    assert b"apply again to resume" in output
+    assert docker_leftovers() == []  # running sandboxes were torn down
+    kept = len(read_rows(out / "results.jsonl"))
+    assert 1 <= kept < 8
+    finish_and_check(spec, out)

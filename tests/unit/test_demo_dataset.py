@@ -1,0 +1,66 @@
+"""The embedded demo benchmark: schema, the traits it promises, deterministic rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from anyswe.datasets import demo, load_dataset
+from anyswe.grading import swebench as sb
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict[str, object]:
+    return {i.instance_id: i for i in load_dataset("demo").instances}
+
+
+def test_schema(rows: dict[str, object]) -> None:
+    assert len(rows) >= 8
+    for inst in rows.values():
+        assert inst.repo and inst.version and inst.problem_statement  # type: ignore[attr-defined]
+        assert len(inst.base_commit) == 40  # type: ignore[attr-defined]
+        assert inst.patch.startswith("diff --git") and inst.test_patch.startswith("diff --git")  # type: ignore[attr-defined]
+        assert inst.FAIL_TO_PASS  # type: ignore[attr-defined]
+        # The fix never touches tests and the test patch never touches the fix.
+        assert not set(sb.patch_targets(inst.patch)) & set(sb.patch_targets(inst.test_patch))  # type: ignore[attr-defined]
+
+
+def test_traits(rows: dict[str, object]) -> None:
+    calc, slug, settings = rows["demo__calc-1"], rows["demo__slug-2"], rows["demo__settings-3"]
+    inventory, leap, wrap, retry = (
+        rows["demo__inventory-4"],
+        rows["demo__leap-5"],
+        rows["demo__wrap-6"],
+        rows["demo__retry-7"],
+    )
+    assert any("[" in t for t in calc.FAIL_TO_PASS)  # type: ignore[attr-defined]
+    assert len(sb.patch_targets(slug.patch)) == 2  # type: ignore[attr-defined]
+    assert "new file mode" in settings.patch  # type: ignore[attr-defined]
+    # The test patch edits one existing test file and adds another.
+    assert sb.modified_files(inventory.test_patch) == ["tests/test_inventory.py"]  # type: ignore[attr-defined]
+    assert sorted(sb.patch_targets(inventory.test_patch)) == ["tests/test_inventory.py", "tests/test_limits.py"]  # type: ignore[attr-defined]
+    assert leap.sloppy_patch and leap.PASS_TO_PASS  # type: ignore[attr-defined]
+    assert (
+        "pytest.mark.skip" in wrap.test_patch
+        or "pytest.mark.skip"
+        in (  # type: ignore[attr-defined]
+            demo.task_dirs()["demo__wrap-6"] / "base" / "tests" / "test_wrap.py"
+        ).read_text()
+    )
+    assert "time.sleep(10)" in (demo.task_dirs()["demo__retry-7"] / "base" / "tests" / "test_retry.py").read_text()
+    assert retry.PASS_TO_PASS  # type: ignore[attr-defined]
+
+
+def test_rows_are_deterministic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: dict[str, object]) -> None:
+    monkeypatch.setenv("ANYSWE_CACHE", str(tmp_path))
+    again = {i.instance_id: i for i in demo.load()}
+    assert {k: v.base_commit for k, v in again.items()} == {k: v.base_commit for k, v in rows.items()}  # type: ignore[attr-defined]
+    assert {k: v.patch for k, v in again.items()} == {k: v.patch for k, v in rows.items()}  # type: ignore[attr-defined]
+
+
+def test_agent_view_hides_answers(rows: dict[str, object]) -> None:
+    view = rows["demo__calc-1"].agent_view()  # type: ignore[attr-defined]
+    dumped = view.model_dump()
+    assert set(dumped) == {"instance_id", "repo", "base_commit", "problem_statement"}
+    assert "a + b" not in str(dumped)

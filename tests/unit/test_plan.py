@@ -1,0 +1,160 @@
+"""The planner: matrix expansion, compatibility, stable task keys."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import pytest
+from typer.testing import CliRunner
+
+from anyswe.agents import Agent, AgentConfig, AgentContext, AgentOutcome, register_agent
+from anyswe.cli import app
+from anyswe.errors import PlanError
+from anyswe.plan import Cell, expand_cells, make_plan
+from anyswe.spec import load_spec
+
+
+class ModelAgentConfig(AgentConfig):
+    type: Literal["needs-model"] = "needs-model"
+
+
+class ModelAgent(Agent):
+    """A stand-in for the model-driven agents to come: only its `needs_model` matters here."""
+
+    name: ClassVar[str] = "needs-model"
+    config_class = ModelAgentConfig
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        raise NotImplementedError
+
+
+register_agent("needs-model", f"{__name__}:ModelAgent")
+
+BASE = """\
+name: p
+dataset: {name: demo, limit: 3}
+agents:
+  gold: {type: gold}
+  noop: {type: noop}
+  coder: {type: needs-model}
+models:
+  m1: {api: openai-chat, model: a}
+  m2: {api: anthropic-messages, model: b}
+providers:
+  d: {type: docker}
+  a: {type: apptainer}
+"""
+
+
+def spec_from(tmp_path: Path, extra: str = "", base: str = BASE) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(base + extra)
+    return p
+
+
+def test_model_free_agents_take_no_model(tmp_path: Path) -> None:
+    cells = expand_cells(load_spec(spec_from(tmp_path)))
+    assert Cell("gold", None, "d") in cells and Cell("noop", None, "a") in cells
+    assert not any(c.agent == "gold" and c.model for c in cells)
+    assert {c for c in cells if c.agent == "coder"} == {Cell("coder", m, p) for m in ("m1", "m2") for p in ("d", "a")}
+    assert len(cells) == 2 * 2 + 4
+
+
+def test_include_and_exclude(tmp_path: Path) -> None:
+    extra = """\
+matrix:
+  agents: [gold]
+  providers: [d]
+  include: [{agent: noop, provider: a}]
+  exclude: [{provider: d, agent: gold}]
+"""
+    assert expand_cells(load_spec(spec_from(tmp_path, extra))) == [Cell("noop", None, "a")]
+
+
+def test_incompatible_combination_says_why(tmp_path: Path) -> None:
+    extra = "matrix:\n  include: [{agent: gold, model: m1, provider: d}]\n"
+    with pytest.raises(PlanError, match="'gold' \\(gold\\) is model-free and cannot be combined with model 'm1'"):
+        expand_cells(load_spec(spec_from(tmp_path, extra)))
+    no_models = BASE.split("models:")[0] + "providers:\n  d: {type: docker}\n"
+    with pytest.raises(PlanError, match="agent 'coder' \\(needs-model\\) needs a model, and none is declared"):
+        expand_cells(load_spec(spec_from(tmp_path, base=no_models)))
+
+
+def test_tasks_and_keys(tmp_path: Path) -> None:
+    plan = make_plan(load_spec(spec_from(tmp_path, "samples: 2\n")))
+    assert len(plan.instances) == 3
+    assert len(plan.tasks) == len(plan.cells) * 3 * 2
+    keys = [t.key for t in plan.tasks]
+    assert len(set(keys)) == len(keys)
+    assert all(t.key.endswith("__" + t.instance_id) for t in plan.tasks)
+
+
+def keys_of(path: Path, *overrides: str) -> list[str]:
+    return [t.key for t in make_plan(load_spec(path, overrides)).tasks]
+
+
+def test_keys_are_stable_and_ignore_what_cannot_change_results(tmp_path: Path) -> None:
+    path = spec_from(tmp_path)
+    first = keys_of(path)
+    assert keys_of(path) == first
+    # Where results go, how many run at once and startup limits do not change a result.
+    assert (
+        keys_of(
+            path,
+            "output_dir=/elsewhere",
+            "concurrency=1",
+            "providers.d.concurrency=9",
+            "timeouts.sandbox_start=5",
+            "providers.a.state_dir=/tmp/x",
+        )
+        == first
+    )
+    # What can change a result changes the key.
+    assert keys_of(path, "timeouts.agent=5") != first
+    assert keys_of(path, "providers.d.memory=1g")[0] != first[0]
+    assert keys_of(path, "models.m1.params.temperature=0.5") != first
+
+
+def test_keys_hash_file_contents_not_paths(tmp_path: Path) -> None:
+    preds = tmp_path / "p1" / "preds.jsonl"
+    preds.parent.mkdir()
+    preds.write_text(json.dumps({"instance_id": "demo__calc-1", "model_patch": "x"}) + "\n")
+    text = (
+        "name: r\ndataset: {name: demo, limit: 1}\nagents:\n  r: {type: replay, predictions: PATH}\n"
+        "providers:\n  d: {type: docker}\n"
+    )
+    a = spec_from(tmp_path, base=text.replace("PATH", str(preds)))
+    moved = tmp_path / "p2" / "other.jsonl"
+    moved.parent.mkdir()
+    shutil.copy(preds, moved)
+    b = tmp_path / "b.yaml"
+    b.write_text(text.replace("PATH", str(moved)))
+    assert keys_of(a) == keys_of(b)
+    moved.write_text(json.dumps({"instance_id": "demo__calc-1", "model_patch": "y"}) + "\n")
+    assert keys_of(a) != keys_of(b)
+
+
+def test_filters(tmp_path: Path) -> None:
+    path = spec_from(tmp_path)
+    plan = make_plan(load_spec(path, ["dataset.limit=null", "dataset.instance_ids=[demo__leap-5, demo__calc-1]"]))
+    assert sorted(i.instance_id for i in plan.instances) == ["demo__calc-1", "demo__leap-5"]
+    seeded = [i.instance_id for i in make_plan(load_spec(path, ["dataset.seed=3"])).instances]
+    assert seeded == [i.instance_id for i in make_plan(load_spec(path, ["dataset.seed=3"])).instances]
+    with pytest.raises(Exception, match="not in the dataset: nope"):
+        make_plan(load_spec(path, ["dataset.instance_ids=[nope]"]))
+
+
+def test_plan_cli_table_and_json(tmp_path: Path) -> None:
+    path = spec_from(tmp_path)
+    runner = CliRunner()
+    r = runner.invoke(app, ["plan", str(path), "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["instances"] == 3 and len(data["tasks"]) == sum(c["tasks"] for c in data["cells"])
+    r = runner.invoke(app, ["plan", str(path)])
+    assert r.exit_code == 0 and "coder.m1.d" in r.output
+    r = runner.invoke(app, ["plan", str(path), "--set", "samples=0"])
+    assert r.exit_code == 2 and "--set samples=0: samples" in r.output

@@ -1,0 +1,116 @@
+"""Spec loading: every error names file, line, column and field; overrides; relative paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from anyswe.errors import SpecError
+from anyswe.spec import load_spec
+
+GOOD = """\
+name: t
+dataset:
+  name: demo
+  limit: 2
+agents:
+  gold: {type: gold}
+  replay:
+    type: replay
+    predictions: preds.jsonl
+providers:
+  docker:
+    type: docker
+    memory: 2g
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_good_spec_and_defaults(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, GOOD))
+    assert spec.name == "t" and spec.dataset.limit == 2 and spec.samples == 1
+    assert spec.providers["docker"].type == "docker" and spec.providers["docker"].memory == "2g"
+    # Paths in a spec are relative to the spec file, wherever anyswe runs.
+    assert spec.agents["replay"].predictions == tmp_path / "preds.jsonl"  # type: ignore[attr-defined]
+    assert spec.run_dir() == Path("runs/t")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (GOOD.replace("memory: 2g", "memroy: 2g"), ":13:5: providers.docker.memroy: unknown key"),
+        (GOOD.replace("limit: 2", "limit: zero"), ":4:3: dataset.limit: Input should be a valid integer"),
+        (GOOD.replace("limit: 2", "limit: 0"), ":4:3: dataset.limit: Input should be greater than or equal to 1"),
+        (GOOD.replace("{type: gold}", "{type: gold, extra: 1}"), ":6:22: agents.gold.extra: unknown key"),
+        (GOOD.replace("{type: gold}", "{type: golden}"), ":6:10: agents.gold.type: unknown agent type 'golden'"),
+        (GOOD.replace("type: docker", "type: podman"), ":11:3: providers.docker: Input tag 'podman'"),
+        (GOOD + "samples: -1\n", ":14:1: samples: Input should be greater than or equal to 1"),
+        (GOOD + "matrix:\n  agents: [nope]\n", "matrix.agents names 'nope', which is not declared"),
+        (GOOD.replace("name: t\n", ""), ":1:1: name: Field required"),
+        (
+            GOOD + "models:\n  m:\n    api: openai-chat\n    model: x\n    api_key_env: sk-abc123\n",
+            ":18:5: models.m.api_key_env: Value error, must be the NAME of an environment variable",
+        ),
+    ],
+)
+def test_errors_name_file_line_column_and_field(tmp_path: Path, text: str, expected: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert str(path) in str(info.value)
+    assert expected in str(info.value)
+
+
+def test_all_errors_reported_at_once(tmp_path: Path) -> None:
+    text = GOOD.replace("memory: 2g", "memroy: 2g").replace("{type: gold}", "{type: gold, bad: 1}")
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    assert "providers.docker.memroy" in str(info.value) and "agents.gold.bad" in str(info.value)
+
+
+def test_invalid_yaml_points_at_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "name: t\ndataset: [unclosed\nagents: {}\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert f"{path}:3:" in str(info.value)
+
+
+def test_missing_file_is_clear(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="spec file not found"):
+        load_spec(tmp_path / "nope.yaml")
+
+
+def test_set_overrides_any_field(tmp_path: Path) -> None:
+    spec = load_spec(
+        write(tmp_path, GOOD),
+        [
+            "samples=3",
+            "dataset.limit=5",
+            "providers.docker.concurrency=7",
+            "dataset.instance_ids=[a, b]",
+            "timeouts.agent=12.5",
+        ],
+    )
+    assert spec.samples == 3 and spec.dataset.limit == 5 and spec.providers["docker"].concurrency == 7
+    assert spec.dataset.instance_ids == ["a", "b"] and spec.timeouts.agent == 12.5
+
+
+def test_set_errors_name_the_override(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, GOOD), ["samples=many"])
+    assert "--set samples=many: samples: Input should be a valid integer" in str(info.value)
+    with pytest.raises(SpecError, match=r"expected KEY\.PATH=VALUE"):
+        load_spec(write(tmp_path, GOOD), ["samples"])
+    with pytest.raises(SpecError, match="unknown key"):
+        load_spec(write(tmp_path, GOOD), ["providers.docker.nonsense=1"])
+
+
+def test_demo_spec_in_repo_is_valid() -> None:
+    spec = load_spec(Path(__file__).resolve().parents[2] / "specs" / "demo.yaml")
+    assert set(spec.providers) == {"docker", "apptainer"} and set(spec.agents) == {"gold", "noop"}
