@@ -75,7 +75,8 @@ def replayed(runtimes: None, tmp_path_factory: pytest.TempPathFactory) -> pl.Dat
     tmp = tmp_path_factory.mktemp("replay")
     body = (
         f"agents:\n  replay: {{type: replay, predictions: {predictions(tmp)}}}\n"
-        "dataset:\n  name: demo\n  instance_ids: [demo__leap-5, demo__calc-1, demo__wrap-6, demo__stack-8, demo__slug-2]\n"
+        "dataset:\n  name: demo\n"
+        "  instance_ids: [demo__leap-5, demo__calc-1, demo__wrap-6, demo__stack-8, demo__slug-2]\n"
     )
     p = tmp / "spec.yaml"
     p.write_text("name: replay\nproviders:\n  docker: {type: docker, concurrency: 3}\n" + body)
