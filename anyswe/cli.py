@@ -189,6 +189,46 @@ def results(
     _print_table(_compact(table.to_dicts()), title=str(run_dir))
 
 
+@app.command()
+def regrade(
+    dataset: Annotated[str, typer.Argument(help="Dataset rows (JSONL/JSON/parquet path) or a known dataset name.")],
+    log_dir: Annotated[Path, typer.Argument(help="Directory of <key>/test_output.txt, or an anyswe run directory.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per log.")] = False,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Route by this dataset name when DATASET is a file.")
+    ] = None,
+) -> None:
+    """Re-grade stored test logs offline with the harness each instance routes to."""
+    from anyswe.datasets import load_dataset
+    from anyswe.grading.regrade import regrade as run_regrade
+
+    try:
+        as_path = Path(dataset)
+        ds = load_dataset(name, as_path) if as_path.suffix in (".jsonl", ".json", ".parquet") else load_dataset(dataset)
+        results = list(run_regrade(ds, log_dir))
+    except AnysweError as exc:
+        _fail(exc)
+    errors = [r for r in results if "error" in r]
+    if as_json:
+        for r in results:
+            typer.echo(json.dumps(r, sort_keys=True))
+    else:
+        _print_table(
+            [
+                {
+                    "key": r["key"],
+                    "instance_id": r["instance_id"],
+                    "verdict": r.get("error") or ("resolved" if r["resolved"] else "unresolved"),
+                }
+                for r in results
+            ],
+            title=f"{len(results)} logs, {sum(bool(r.get('resolved')) for r in results)} resolved, "
+            f"{len(errors)} errors",
+        )
+    if errors:
+        raise typer.Exit(code=1)
+
+
 def main() -> None:
     try:
         app()

@@ -16,9 +16,20 @@ from typing import Any
 from pydantic import ValidationError
 
 from anyswe.datasets.instance import AgentView, Instance
+from anyswe.datasets.registry import known_datasets, route, split_name
 from anyswe.errors import DatasetError
 
-__all__ = ["AgentView", "Dataset", "Instance", "filter_instances", "known_datasets", "load_dataset", "read_rows"]
+__all__ = [
+    "AgentView",
+    "Dataset",
+    "Instance",
+    "filter_instances",
+    "harness_for_instance",
+    "known_datasets",
+    "load_dataset",
+    "read_rows",
+    "route",
+]
 
 
 @dataclass
@@ -32,6 +43,9 @@ class Dataset:
     image_template: str | None = None
     builds_images: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def harness_for(self, instance: Instance) -> str:
+        return self.harness if self.harness != "auto" else harness_for_instance(instance)
 
     def by_id(self) -> dict[str, Instance]:
         return {i.instance_id: i for i in self.instances}
@@ -50,6 +64,7 @@ def format_image(template: str, instance: Instance) -> str:
         return template.format(
             instance_id=instance.instance_id,
             instance_id_docker=instance.instance_id.replace("__", "_1776_").lower(),
+            docker_image=(instance.model_extra or {}).get("docker_image", ""),
             repo=instance.repo,
             version=instance.version,
         )
@@ -82,10 +97,26 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _from_r2e(row: dict[str, Any]) -> dict[str, Any]:
+    """An R2E-Gym row in SWE-bench's field names (its tests live in its image, its verdict in the row)."""
+    image = str(row.get("docker_image") or row.get("image_name") or "")
+    return {
+        "instance_id": row.get("instance_id") or image.rsplit("/", 1)[-1].replace(":", "__"),
+        "repo": row.get("repo_name") or row.get("repo") or "",
+        "base_commit": row.get("commit_hash") or row.get("base_commit") or "HEAD",
+        "problem_statement": row.get("problem_statement", ""),
+        "test_patch": "",
+        "FAIL_TO_PASS": [],
+        **{k: v for k, v in row.items() if k not in ("instance_id", "repo", "base_commit", "problem_statement")},
+    }
+
+
 def _validate(rows: Sequence[dict[str, Any]], source: str) -> list[Instance]:
     out = []
     seen: set[str] = set()
     for n, row in enumerate(rows, 1):
+        if "expected_output_json" in row and "FAIL_TO_PASS" not in row:
+            row = _from_r2e(row)
         try:
             inst = Instance.model_validate(row)
         except ValidationError as exc:
@@ -99,23 +130,65 @@ def _validate(rows: Sequence[dict[str, Any]], source: str) -> list[Instance]:
     return out
 
 
-def known_datasets() -> list[str]:
-    return ["demo"]
+def harness_for_instance(instance: Instance) -> str:
+    """Route one instance: R2E-Gym rows carry ``expected_output_json``; repos swebench knows use swebench."""
+    extra = instance.model_extra or {}
+    if "expected_output_json" in extra:
+        return "r2e"
+    if "swebench_spec" in extra:
+        return "swebench"
+    from anyswe.grading import swebench as sb
+
+    return "swebench" if sb.known_repo(instance.repo) else "pytest"
 
 
-def load_dataset(name: str | None = None, path: str | Path | None = None, *, harness: str | None = None) -> Dataset:
-    """Load a named dataset or a local file (``harness`` defaults to the generic pytest one)."""
-    if path is not None:
-        p = Path(path)
-        return Dataset(name=name or p.stem, instances=_validate(read_rows(p), str(p)), harness=harness or "pytest")
-    if name is None:
-        raise DatasetError("a dataset needs a name or a path")
-    if name.lower() == "demo":
+def _hub_rows(hub_name: str, split: str) -> list[dict[str, Any]]:
+    """Rows from the local Hugging Face cache; never a download."""
+    try:
+        import datasets as hf
+        import huggingface_hub.constants
+
+        # Offline for real: the flags are read at import time, and swebench may have imported both.
+        hf.config.HF_DATASETS_OFFLINE = True
+        huggingface_hub.constants.HF_HUB_OFFLINE = True
+
+        return [dict(r) for r in hf.load_dataset(hub_name, split=split)]
+    except Exception as exc:
+        raise DatasetError(
+            f"dataset {hub_name!r} (split {split!r}) is not in the local Hugging Face cache and anyswe does not "
+            f"download at run time; give the rows as a file with `path:` ({type(exc).__name__})"
+        ) from None
+
+
+def load_dataset(
+    name: str | None = None, path: str | Path | None = None, *, harness: str | None = None, split: str | None = None
+) -> Dataset:
+    """Load a named dataset (rows from ``path`` or the local cache) or a local file of rows.
+
+    The harness is, in order: ``harness`` if given, the named dataset's own, or chosen per instance
+    (``auto``: R2E-Gym rows, repos swebench knows, otherwise the generic pytest harness).
+    """
+    info = route(name) if name is not None else None
+    if info is not None and info.name in ("demo", "demo-swebench"):
         from anyswe.datasets import demo
 
-        return Dataset(name="demo", instances=demo.load(), harness=harness or "pytest", builds_images=True)
-    raise DatasetError(
-        f"unknown dataset {name!r}; known: {', '.join(known_datasets())} (or give `path:` to a JSONL/parquet file)"
+        instances = demo.load(swebench_shaped=info.name == "demo-swebench")
+        return Dataset(name=info.name, instances=instances, harness=harness or info.harness, builds_images=True)
+    if path is not None:
+        p = Path(path)
+        instances = _validate(read_rows(p), str(p))
+    elif info is not None:
+        if not info.hub_names:
+            raise DatasetError(f"dataset {info.name!r} needs `path:` to its rows")
+        _, suffix_split = split_name(name or "")
+        instances = _validate(_hub_rows(info.hub_names[-1], split or suffix_split or info.default_split), info.name)
+    else:
+        raise DatasetError("a dataset needs a name or a path")
+    return Dataset(
+        name=info.name if info else Path(path or "").stem,
+        instances=instances,
+        harness=harness or (info.harness if info else "auto"),
+        image_template=info.image_template if info else None,
     )
 
 

@@ -15,7 +15,6 @@ from typing import Any
 from anyswe.agents import agent_class
 from anyswe.execute.progress import make_progress
 from anyswe.execute.task import TaskEnv, run_task
-from anyswe.grading import get_harness
 from anyswe.images.resolve import ImageResolver
 from anyswe.plan import Plan
 from anyswe.results.store import RunStore
@@ -66,7 +65,6 @@ async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, 
                 for name, cfg in plan.spec.agents.items()
                 if any(t.cell.agent == name for t in pending)
             },
-            harness=get_harness(plan.harness_name),
             images=ImageResolver(plan),
             run_id=uuid.uuid4().hex[:12],
             attempts=store.attempts(),

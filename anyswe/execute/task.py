@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import GradingError, InfraError
+from anyswe.grading import get_harness
 from anyswe.grading.ladder import grade_patch
 
 if TYPE_CHECKING:
     from anyswe.agents import Agent
+    from anyswe.datasets import Instance
     from anyswe.grading import Harness, Verdict
     from anyswe.images.resolve import ImageResolver
     from anyswe.plan import Plan, Task
@@ -39,10 +41,19 @@ class TaskEnv:
     store: RunStore
     providers: dict[str, SandboxProvider]
     agents: dict[str, Agent]
-    harness: Harness
     images: ImageResolver
     run_id: str
     attempts: dict[str, int] = field(default_factory=dict)
+    _harnesses: dict[str, Harness] = field(default_factory=dict)
+
+    def harness(self, instance: Instance) -> Harness:
+        """The spec's harness, or (``auto``) the one this instance routes to."""
+        name = self.plan.harness_name
+        if name == "auto":
+            name = self.plan.dataset.harness_for(instance)
+        if name not in self._harnesses:
+            self._harnesses[name] = get_harness(name)
+        return self._harnesses[name]
 
 
 async def capture_patch(sandbox: Sandbox, workdir: str, base_commit: str) -> str:
@@ -79,6 +90,7 @@ async def run_task(env: TaskEnv, task: Task) -> dict[str, Any]:
     instance = env.plan.instance(task.instance_id)
     provider = env.providers[task.cell.provider]
     agent = env.agents[task.cell.agent]
+    harness = env.harness(instance)
     out_dir = env.store.task_dir(task.key)
     times: dict[str, float] = {}
     row: dict[str, Any] = {
@@ -88,7 +100,7 @@ async def run_task(env: TaskEnv, task: Task) -> dict[str, Any]:
         "provider_type": spec.providers[task.cell.provider].type,
         "repo": instance.repo,
         "attempt": env.attempts.get(task.key, 0) + 1,
-        "harness": env.harness.name,
+        "harness": harness.name,
         "started_at": _now(),
         "resolved": False,
         "reward": 0.0,
@@ -118,7 +130,7 @@ async def run_task(env: TaskEnv, task: Task) -> dict[str, Any]:
             ctx = AgentContext(
                 sandbox=sandbox,
                 task=instance.agent_view(),
-                workdir=env.harness.workdir,
+                workdir=harness.workdir,
                 timeout=spec.timeouts.agent,
                 reference_patch=instance.patch if agent.needs_reference else None,
             )
@@ -139,7 +151,7 @@ async def run_task(env: TaskEnv, task: Task) -> dict[str, Any]:
             t = time.monotonic()
             patch = outcome.submitted_patch
             if patch is None:
-                patch = await capture_patch(sandbox, env.harness.workdir, instance.base_commit)
+                patch = await capture_patch(sandbox, harness.workdir, instance.base_commit)
             times["time_patch_capture"] = time.monotonic() - t
         row["model_patch"] = patch
         row["exit_reason"] = str(outcome.exit_reason)
@@ -147,7 +159,7 @@ async def run_task(env: TaskEnv, task: Task) -> dict[str, Any]:
         t = time.monotonic()
         # A fresh sandbox: nothing the agent did outside its patch can reach the tests.
         async with provider.sandbox(image, run_id=env.run_id, task_id=task.key) as grader:
-            verdict = await grade_patch(grader, instance, env.harness, patch, timeout=spec.timeouts.grading)
+            verdict = await grade_patch(grader, instance, harness, patch, timeout=spec.timeouts.grading)
         times["time_grading"] = time.monotonic() - t
         row.update(
             resolved=verdict.resolved,

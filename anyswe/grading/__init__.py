@@ -37,4 +37,18 @@ def _pytest() -> Harness:
     return PytestHarness()
 
 
+def _swebench() -> Harness:
+    from anyswe.grading.swebench_harness import SWEbenchHarness
+
+    return SWEbenchHarness()
+
+
+def _r2e() -> Harness:
+    from anyswe.grading.r2e import R2EHarness
+
+    return R2EHarness()
+
+
 register_harness("pytest", _pytest)
+register_harness("r2e", _r2e)
+register_harness("swebench", _swebench)

@@ -53,14 +53,14 @@ async def image_id(image: str) -> str:
     return r.stdout.decode().strip()
 
 
-async def build_docker_image(context: Path, tag: str, *, timeout: float = 1800) -> str:
-    """``docker build`` the directory ``context`` as ``tag`` unless ``tag`` already exists."""
+async def build_docker_image(dockerfile: Path, tag: str, *, timeout: float = 1800) -> str:
+    """``docker build`` ``dockerfile`` (its directory is the context) as ``tag`` unless ``tag`` exists."""
     async with _build_lock(tag.replace("/", "_").replace(":", "_")):
         exists = await _proc.run(["docker", "image", "inspect", tag], timeout=60)
         if exists.exit_code == 0:
             return tag
         r = await _proc.run(
-            ["docker", "build", "--pull=false", "-q", "-t", tag, str(context)],
+            ["docker", "build", "--pull=false", "-q", "-f", str(dockerfile), "-t", tag, str(dockerfile.parent)],
             timeout=timeout,
             env=os.environ | {"DOCKER_BUILDKIT": "0"},
         )

@@ -45,8 +45,9 @@ class ImageResolver:
     async def _build(self, instance: Instance) -> str:
         from anyswe.datasets import demo
 
-        context, tag = demo.build_context(instance.instance_id, base_image())
-        return await build_docker_image(context, tag)
+        shaped = self.plan.dataset.name == "demo-swebench"
+        dockerfile, tag = demo.build_context(instance.instance_id, base_image(), swebench_shaped=shaped)
+        return await build_docker_image(dockerfile, tag)
 
     async def image_for(self, instance: Instance, provider: str) -> str:
         spec = self.plan.spec.providers[provider]
