@@ -19,8 +19,8 @@ test: setup lint
     uv run pytest
 
 lint:
-    uv run ruff check anyswe tests
-    uv run ruff format --check anyswe tests
+    uv run ruff check anyswe tests bench
+    uv run ruff format --check anyswe tests bench
     uv run mypy
 
 # Remove every leftover anyswe container, instance and overlay.
