@@ -16,6 +16,7 @@ setup:
 
 # Lint, type-check, then the whole test suite (container tests included).
 test: setup lint
+    bash scripts/provision.sh browser
     uv run pytest
 
 lint:

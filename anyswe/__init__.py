@@ -27,11 +27,25 @@ from anyswe.errors import (
 )
 
 if TYPE_CHECKING:
+    from anyswe.datasets import load_dataset
+    from anyswe.experiment import Experiment
+    from anyswe.results.compare import compare_by, compare_runs
+    from anyswe.results.tables import cell_table, repo_table, task_frame
     from anyswe.sandbox import ExecResult, Sandbox, SandboxProvider, get_provider
+    from anyswe.spec import Spec, load_spec
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    "Experiment": "anyswe.experiment",
+    "Spec": "anyswe.spec",
+    "load_spec": "anyswe.spec",
+    "load_dataset": "anyswe.datasets",
+    "compare_by": "anyswe.results.compare",
+    "compare_runs": "anyswe.results.compare",
+    "cell_table": "anyswe.results.tables",
+    "repo_table": "anyswe.results.tables",
+    "task_frame": "anyswe.results.tables",
     "ExecResult": "anyswe.sandbox",
     "Sandbox": "anyswe.sandbox",
     "SandboxProvider": "anyswe.sandbox",
@@ -43,6 +57,7 @@ __all__ = [
     "AnysweError",
     "DatasetError",
     "ExecResult",
+    "Experiment",
     "GradingError",
     "ImageBuildError",
     "ImageNotFound",
@@ -55,8 +70,16 @@ __all__ = [
     "SandboxExecError",
     "SandboxProvider",
     "SandboxStartError",
+    "Spec",
     "SpecError",
+    "cell_table",
+    "compare_by",
+    "compare_runs",
     "get_provider",
+    "load_dataset",
+    "load_spec",
+    "repo_table",
+    "task_frame",
 ]
 
 

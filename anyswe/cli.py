@@ -58,11 +58,19 @@ def smoke(
 
 
 @app.command()
-def gc() -> None:
-    """Find and remove every leftover anyswe container, apptainer instance and overlay."""
+def gc(
+    all_: Annotated[
+        bool, typer.Option("--all", help="Also remove sandboxes whose owning anyswe process still runs.")
+    ] = False,
+    session: Annotated[str | None, typer.Option("--session", help="Only sandboxes of this ANYSWE_SESSION.")] = None,
+) -> None:
+    """Find and remove every leftover anyswe container, apptainer instance and overlay.
+
+    Sandboxes of a still-running anyswe process are kept unless --all is given.
+    """
     from anyswe.sandbox import gc as sandbox_gc
 
-    removed = asyncio.run(sandbox_gc())
+    removed = asyncio.run(sandbox_gc(session=session, include_live=all_))
     total = 0
     for provider, names in removed.items():
         for name in names:
@@ -96,7 +104,12 @@ def _compact(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     """The cell table for a terminal: the cell id stands for agent/model/provider; times shortened."""
     drop = {"agent", "model", "provider", "mean_time_image", "mean_time_sandbox_start", "mean_time_patch_capture"}
     return [
-        {k.replace("mean_time_", "t_").replace("_rate", "%"): v for k, v in r.items() if k not in drop} for r in rows
+        {
+            k.replace("mean_time_", "t_").replace("_rate", "%"): v
+            for k, v in r.items()
+            if k not in drop and not k.startswith("median_")
+        }
+        for r in rows
     ]
 
 
@@ -173,20 +186,64 @@ def status(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) ->
 @app.command()
 def results(
     run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per cell.")] = False,
+    by: Annotated[str, typer.Option("--by", help="cell, repo or instance (an instance x cell matrix).")] = "cell",
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per row.")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="CSV on stdout.")] = False,
 ) -> None:
-    """The per-cell results table of a run."""
-    from anyswe.results.tables import cell_table, task_frame
+    """Result tables of a run: per cell (resolve rate with 95% Wilson interval, ...), per repo, or per instance."""
+    from anyswe.results.tables import cell_table, instance_matrix, repo_table, task_frame
 
+    tables = {"cell": cell_table, "repo": repo_table, "instance": instance_matrix}
+    if by not in tables:
+        _fail(ResultsError(f"--by must be one of {', '.join(tables)}, not {by!r}"))
     try:
-        table = cell_table(task_frame(run_dir))
+        table = tables[by](task_frame(run_dir))
     except AnysweError as exc:
         _fail(exc)
     if as_json:
         for row in table.to_dicts():
             typer.echo(json.dumps(row))
-        return
-    _print_table(_compact(table.to_dicts()), title=str(run_dir))
+    elif as_csv:
+        typer.echo(table.write_csv(), nl=False)
+    else:
+        rows = table.to_dicts()
+        _print_table(_compact(rows) if by != "instance" else rows, title=f"{run_dir} by {by}")
+
+
+@app.command()
+def diff(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (A).")],
+    other: Annotated[Path | None, typer.Argument(help="A second run directory (B): compare cell by cell.")] = None,
+    by: Annotated[str, typer.Option("--by", help="Within one run, pair cells differing in this key.")] = "provider",
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per compared pair of cells.")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the paired bootstrap.")] = 0,
+) -> None:
+    """Paired comparison: agreement, flips with instance ids, delta with bootstrap CI, exact McNemar p."""
+    from anyswe.results.compare import compare_by, compare_runs
+    from anyswe.results.tables import task_frame
+
+    try:
+        tasks = task_frame(run_dir)
+        found = compare_runs(tasks, task_frame(other), seed=seed) if other else compare_by(tasks, by, seed=seed)
+    except AnysweError as exc:
+        _fail(exc)
+    for c in found:
+        typer.echo(json.dumps(c.to_json()) if as_json else str(c))
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")] = Path("report.html"),
+) -> None:
+    """Write one self-contained HTML report (tables, backend comparison, charts, per-task drill-down)."""
+    from anyswe.results.report import write_report
+
+    try:
+        path = write_report(run_dir, out)
+    except AnysweError as exc:
+        _fail(exc)
+    typer.echo(f"wrote {path}")
 
 
 @app.command()

@@ -182,7 +182,7 @@ def make_plan(spec: Spec, dataset: Dataset | None = None) -> Plan:
     """Expand ``spec``; the dataset is loaded (and filtered) unless given."""
     ds = spec.dataset
     if dataset is None:
-        dataset = load_dataset(ds.name, ds.path, harness=ds.harness)
+        dataset = load_dataset(ds.name, ds.path, harness=ds.harness, split=ds.split)
     instances = filter_instances(
         dataset.instances, instance_ids=ds.instance_ids, repos=ds.repos, limit=ds.limit, seed=ds.seed
     )

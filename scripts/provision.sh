@@ -5,6 +5,7 @@
 #   scripts/provision.sh docker     only the docker engine
 #   scripts/provision.sh apptainer  only apptainer
 #   scripts/provision.sh image      only the base image
+#   scripts/provision.sh browser    headless Chromium (for the report tests)
 #
 # Every step is a no-op where the thing already works: a workstation with a running docker
 # daemon, or an HPC node with apptainer installed, is left alone. Nothing is pulled from a
@@ -130,14 +131,22 @@ provision_image() {
   log "image: $BASE_IMAGE built"
 }
 
+# Headless Chromium checks the HTML report in the tests (Debian's package; nothing downloaded by npm).
+provision_browser() {
+  if command -v chromium >/dev/null 2>&1; then log "browser: $(chromium --version 2>/dev/null)"; return 0; fi
+  apt_install chromium fonts-dejavu-core
+  log "browser: $(chromium --version 2>/dev/null)"
+}
+
 main() {
   local what=${1:-all}
   case "$what" in
     docker) provision_docker ;;
     apptainer) provision_apptainer ;;
     image) provision_image ;;
+    browser) provision_browser ;;
     all) provision_docker; provision_apptainer; provision_image ;;
-    *) die "unknown target '$what' (docker, apptainer, image, all)" ;;
+    *) die "unknown target '$what' (docker, apptainer, image, browser, all)" ;;
   esac
 }
 main "$@"

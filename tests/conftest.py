@@ -10,6 +10,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,9 +64,15 @@ def provider_image(request: pytest.FixtureRequest) -> tuple[str, str]:
     return request.param, request.getfixturevalue(fixture)
 
 
+# Every sandbox this test session starts (in-process and in the CLI subprocesses it runs) carries
+# this label, so the leak check is not confused by another session sharing the runtimes.
+SESSION = f"pytest-{uuid.uuid4().hex[:12]}"
+os.environ["ANYSWE_SESSION"] = SESSION
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leaked_sandboxes() -> Iterator[None]:
-    """After the whole session, no anyswe container, instance or overlay may remain."""
+    """After the whole session, no anyswe container, instance or overlay of this session may remain."""
     yield
     from anyswe.sandbox import get_provider
 
@@ -77,7 +84,7 @@ def no_leaked_sandboxes() -> Iterator[None]:
                 await provider.check()
             except Exception:
                 continue
-            found[name] = await provider.leftovers()
+            found[name] = await provider.leftovers(SESSION)
         return found
 
     left = asyncio.run(leftovers())

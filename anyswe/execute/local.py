@@ -17,6 +17,7 @@ from anyswe.execute.progress import make_progress
 from anyswe.execute.task import TaskEnv, run_task
 from anyswe.images.resolve import ImageResolver
 from anyswe.plan import Plan
+from anyswe.results.export import export_run
 from anyswe.results.store import RunStore
 from anyswe.sandbox import get_provider
 
@@ -91,4 +92,5 @@ async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, 
         finally:
             bar.close()
             store.write_aggregates()
+            export_run(run_dir)
     return RunSummary(run_dir, len(plan.tasks), len(plan.tasks) - len(pending), len(pending), resolved, errors)

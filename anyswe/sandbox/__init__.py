@@ -92,12 +92,17 @@ register_provider("docker", _docker_config, _docker_provider)
 register_provider("apptainer", _apptainer_config, _apptainer_provider)
 
 
-async def gc(providers: list[str] | None = None) -> dict[str, list[str]]:
-    """Remove every leftover anyswe container, instance and overlay; returns what was removed.
+async def gc(
+    providers: list[str] | None = None, *, session: str | None = None, include_live: bool = False
+) -> dict[str, list[str]]:
+    """Remove leftover anyswe containers, instances and overlays; returns what was removed.
 
-    A provider whose runtime is not installed is skipped (it cannot have left anything running).
+    A sandbox whose owning process still runs on this host is not a leftover and is kept (unless
+    ``include_live``): gc is safe to run beside a live experiment. ``session`` limits it to the
+    sandboxes of one ``ANYSWE_SESSION``. A provider whose runtime is missing is skipped.
     """
     from anyswe.errors import RuntimeNotAvailable
+    from anyswe.sandbox.base import LABEL_OWNER, LABEL_SESSION, owner_alive
 
     removed: dict[str, list[str]] = {}
     for name in providers or provider_names():
@@ -106,8 +111,14 @@ async def gc(providers: list[str] | None = None) -> dict[str, list[str]]:
             await provider.check()
         except RuntimeNotAvailable:
             continue
-        found = await provider.leftovers()
-        for item in found:
+        gone = []
+        for item, labels in (await provider.sandboxes()).items():
+            labels = labels or {}
+            if session is not None and labels.get(LABEL_SESSION) != session:
+                continue
+            if not include_live and owner_alive(labels.get(LABEL_OWNER)):
+                continue
             await provider.remove(item)
-        removed[name] = found
+            gone.append(item)
+        removed[name] = gone
     return removed

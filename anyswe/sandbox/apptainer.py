@@ -193,9 +193,16 @@ class ApptainerProvider(SandboxProvider):
 
         return await asyncio.to_thread(_list)
 
-    async def leftovers(self) -> list[str]:
-        """Running anyswe instances plus state dirs (overlays) that outlived theirs."""
+    async def sandboxes(self) -> dict[str, dict[str, str] | None]:
+        """Running anyswe instances and state dirs (overlays) that outlived theirs, with their labels."""
         names = set(await self.running_instances())
         if self.config.state_dir.is_dir():
             names |= {p.name for p in self.config.state_dir.iterdir() if p.name.startswith(NAME_PREFIX)}
-        return sorted(names)
+        return {n: self._labels(n) for n in sorted(names)}
+
+    def _labels(self, name: str) -> dict[str, str] | None:
+        try:
+            labels = json.loads((self._state(name) / "labels.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return {str(k): str(v) for k, v in labels.items()}

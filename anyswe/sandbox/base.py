@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import io
 import os
+import socket
 import tarfile
 import tempfile
 import uuid
@@ -31,6 +32,38 @@ NAME_PREFIX = "anyswe-"
 LABEL_MANAGED = "anyswe.managed"
 LABEL_RUN = "anyswe.run_id"
 LABEL_TASK = "anyswe.task_id"
+#: Groups every sandbox one process tree starts (``ANYSWE_SESSION``), so a test session can check its
+#: own leaks while another session shares the runtime.
+LABEL_SESSION = "anyswe.session"
+
+
+#: ``<host>:<pid>`` of the process that started the sandbox: gc leaves alone what a live process owns.
+LABEL_OWNER = "anyswe.owner"
+
+
+def current_session() -> str:
+    return os.environ.get("ANYSWE_SESSION", "")
+
+
+def current_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_alive(owner: str | None) -> bool:
+    """Whether the process named by an owner label still runs on this host."""
+    if not owner or ":" not in owner:
+        return False
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
 
 # Grace given to an in-sandbox `timeout` before the host kills the runtime client as a backstop.
 _BACKSTOP_SECONDS = 15.0
@@ -69,8 +102,17 @@ class SandboxRequest:
     task_id: str = ""
     name: str = field(default_factory=lambda: f"{NAME_PREFIX}{uuid.uuid4().hex[:16]}")
 
+    session: str = field(default_factory=current_session)
+    owner: str = field(default_factory=current_owner)
+
     def labels(self) -> dict[str, str]:
-        return {LABEL_MANAGED: "1", LABEL_RUN: self.run_id, LABEL_TASK: self.task_id}
+        return {
+            LABEL_MANAGED: "1",
+            LABEL_RUN: self.run_id,
+            LABEL_TASK: self.task_id,
+            LABEL_SESSION: self.session,
+            LABEL_OWNER: self.owner,
+        }
 
 
 def shell_argv(cmd: str | Sequence[str]) -> list[str]:
@@ -336,8 +378,15 @@ class SandboxProvider(ABC):
         """Remove the sandbox called ``name`` and its storage, whether or not it runs; idempotent."""
 
     @abstractmethod
-    async def leftovers(self) -> list[str]:
-        """Names of every anyswe sandbox of this runtime on this host (for ``anyswe gc``)."""
+    async def sandboxes(self) -> dict[str, dict[str, str] | None]:
+        """Every anyswe sandbox of this runtime on this host: name -> its labels (None if unknown)."""
+
+    async def leftovers(self, session: str | None = None) -> list[str]:
+        """Names of every anyswe sandbox on this host (of one ``session`` if given)."""
+        found = await self.sandboxes()
+        if session is None:
+            return sorted(found)
+        return sorted(n for n, labels in found.items() if labels is not None and labels.get(LABEL_SESSION) == session)
 
     async def start(self, image: str, *, run_id: str = "", task_id: str = "") -> Sandbox:
         """Start a sandbox from ``image``, waiting for a free concurrency slot first."""

@@ -157,9 +157,11 @@ class DockerProvider(SandboxProvider):
             raise
         return self.sandbox_class(request, self)
 
-    async def leftovers(self) -> list[str]:
-        """Names of every anyswe container on this host, running or not."""
-        containers = await asyncio.to_thread(
-            self._docker.container.list, all=True, filters=[("label", f"{LABEL_MANAGED}=1")]
-        )
-        return sorted(c.name for c in containers)
+    async def sandboxes(self) -> dict[str, dict[str, str] | None]:
+        """Every anyswe container on this host, running or not, with its labels."""
+
+        def _list() -> dict[str, dict[str, str] | None]:
+            containers = self._docker.container.list(all=True, filters=[("label", f"{LABEL_MANAGED}=1")])
+            return {c.name: dict(c.config.labels or {}) for c in containers}
+
+        return await asyncio.to_thread(_list)

@@ -203,7 +203,7 @@ def test_teardown_runs_on_exception_and_cancellation(provider_image: tuple[str, 
         run(raising())
     run(cancelled())
     assert len(names) == 2
-    assert not set(names) & set(run(provider.leftovers()))
+    assert not set(names) & set(run(provider.leftovers(None)))
 
 
 def test_concurrency_bound_is_shared(provider_image: tuple[str, str]) -> None:
@@ -225,3 +225,28 @@ def test_concurrency_bound_is_shared(provider_image: tuple[str, str]) -> None:
 
     run(five())
     assert peak == 2
+
+
+def test_gc_spares_live_owners_and_removes_dead_ones(provider_image: tuple[str, str]) -> None:
+    from anyswe.sandbox import gc
+    from anyswe.sandbox.base import SandboxRequest
+
+    name, image = provider_image
+    provider = get_provider(name)
+    session = os.environ["ANYSWE_SESSION"]
+
+    async def go() -> None:
+        live = await provider.start(image)  # owned by this (running) process
+        dead = await provider._start(SandboxRequest(image=image, owner="nohost:1"))  # a crashed owner
+        try:
+            removed = await gc([name], session=session)
+            assert removed[name] == [dead.name]
+            assert live.name in await provider.leftovers(session)
+            assert dead.name not in await provider.leftovers(session)
+            removed = await gc([name], session=session, include_live=True)
+            assert removed[name] == [live.name]
+        finally:
+            await live.stop()
+            await dead.stop()
+
+    run(go())

@@ -47,7 +47,9 @@ def wait_for_rows(path: Path, n: int, proc: subprocess.Popen[bytes], limit: floa
 
 
 def docker_leftovers() -> list[str]:
-    out = subprocess.run(["docker", "ps", "-aq", "--filter", "label=anyswe.managed=1"], capture_output=True, text=True)
+    """This test session's containers (the subprocesses inherit ANYSWE_SESSION)."""
+    label = f"label=anyswe.session={os.environ['ANYSWE_SESSION']}"
+    out = subprocess.run(["docker", "ps", "-aq", "--filter", label], capture_output=True, text=True, check=True)
     return out.stdout.split()
 
 
@@ -75,7 +77,10 @@ def test_sigkill_then_reapply(runtimes: None, tmp_path: Path) -> None:
     done_before = {r["key"] for r in read_rows(out / "results.jsonl")}
     assert 2 <= len(done_before) < 8
     # The crash may leave containers; gc finds and removes every one.
-    r = subprocess.run([sys.executable, "-m", "anyswe", "gc"], capture_output=True, text=True, check=True)
+    session = os.environ["ANYSWE_SESSION"]
+    r = subprocess.run(
+        [sys.executable, "-m", "anyswe", "gc", "--session", session], capture_output=True, text=True, check=True
+    )
     assert "leftover sandbox(es) removed" in r.stdout
     assert docker_leftovers() == []
     finish_and_check(spec, out)

@@ -52,3 +52,10 @@ def test_import_anyswe_is_cheap() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_public_api_resolves() -> None:
+    import anyswe
+
+    for name in anyswe.__all__:
+        assert getattr(anyswe, name) is not None, name

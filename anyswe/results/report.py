@@ -1,0 +1,264 @@
+"""One self-contained HTML report of a run: tables, backend comparison, charts, per-task drill-down.
+
+Everything is inline (CSS, SVG charts, a few lines of JS): the file works offline, from disk,
+with no CDN. Text from the run (patches, logs) is escaped and long outputs are cut.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from anyswe.errors import ResultsError
+from anyswe.results.compare import Comparison, compare_by
+from anyswe.results.tables import cell_table, repo_table, task_frame
+
+if TYPE_CHECKING:
+    import polars as pl
+
+_MAX_TEXT = 20_000
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,'DejaVu Sans',sans-serif;margin:24px;color:#1d232a;background:#fbfbfc}
+h1{font-size:22px;margin:0 0 4px}
+h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde1e6;padding-bottom:4px}
+.meta{color:#5b6670} table{border-collapse:collapse;margin:6px 0;background:#fff}
+th,td{border:1px solid #dde1e6;padding:4px 8px;text-align:left;vertical-align:top} th{background:#f1f3f5}
+td.num{text-align:right;font-variant-numeric:tabular-nums} .ok{color:#1a7f37;font-weight:600} .no{color:#b42318}
+.masked{color:#8a6d00} pre{white-space:pre-wrap;max-height:420px;overflow:auto;background:#f6f8fa;padding:8px;
+border:1px solid #dde1e6;font-size:12px} details summary{cursor:pointer} input#filter{padding:4px 8px;width:320px}
+.flip{font-family:monospace;font-size:12px} svg text{font:12px system-ui,'DejaVu Sans',sans-serif}
+"""
+
+_JS = """
+(function(){
+  var input=document.getElementById('filter');
+  var rows=document.querySelectorAll('tr.task');
+  function apply(){
+    var q=input.value.toLowerCase(), shown=0;
+    rows.forEach(function(r){var hit=r.dataset.search.indexOf(q)>=0; r.style.display=hit?'':'none'; if(hit)shown++;});
+    document.getElementById('shown').textContent=shown;
+  }
+  input.addEventListener('input',apply); apply();
+  document.body.dataset.ready='1';
+})();
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return _e(v)
+
+
+def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="num">{_fmt(r.get(c))}</td>'
+            if isinstance(r.get(c), (int, float))
+            else f"<td>{_fmt(r.get(c))}</td>"
+            for c in cols
+        )
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def rate_chart(cells: list[dict[str, Any]]) -> str:
+    """Horizontal bars: resolve rate per cell with its 95% Wilson interval."""
+    left, width, bar_h, gap = 230, 420, 18, 10
+    height = 30 + len(cells) * (bar_h + gap)
+    parts = [f'<svg role="img" aria-label="resolve rate per cell" width="{left + width + 60}" height="{height}">']
+    for x in (0, 0.25, 0.5, 0.75, 1.0):
+        px = left + x * width
+        parts.append(f'<line x1="{px}" y1="10" x2="{px}" y2="{height - 18}" stroke="#e3e6ea"/>')
+        parts.append(f'<text x="{px}" y="{height - 4}" text-anchor="middle">{x:.2f}</text>')
+    for i, c in enumerate(cells):
+        y = 14 + i * (bar_h + gap)
+        rate = c.get("resolve_rate") or 0.0
+        lo, hi = c.get("ci_low") or 0.0, c.get("ci_high") or 0.0
+        parts.append(f'<text x="{left - 8}" y="{y + 13}" text-anchor="end">{_e(c["cell"])}</text>')
+        parts.append(f'<rect x="{left}" y="{y}" width="{rate * width:.1f}" height="{bar_h}" fill="#4c78a8"/>')
+        parts.append(
+            f'<line x1="{left + lo * width:.1f}" y1="{y + bar_h / 2}" x2="{left + hi * width:.1f}" '
+            f'y2="{y + bar_h / 2}" stroke="#1d232a" stroke-width="2"/>'
+        )
+        for edge in (lo, hi):
+            parts.append(
+                f'<line x1="{left + edge * width:.1f}" y1="{y + 3}" x2="{left + edge * width:.1f}" '
+                f'y2="{y + bar_h - 3}" stroke="#1d232a" stroke-width="2"/>'
+            )
+        parts.append(f'<text x="{left + width + 8}" y="{y + 13}">{rate:.2f}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _heat_color(v: float | None) -> str:
+    if v is None:
+        return "#eeeeee"
+    # white -> blue
+    r, g, b = (int(255 - (255 - t) * v) for t in (76, 120, 168))
+    return f"rgb({r},{g},{b})"
+
+
+def _heatmap(repo_rows: list[dict[str, Any]]) -> str:
+    """Repos x cells, coloured by resolve rate."""
+    repos = sorted({str(r["repo"]) for r in repo_rows})
+    cells = sorted({str(r["cell"]) for r in repo_rows})
+    value = {(str(r["repo"]), str(r["cell"])): r.get("resolve_rate") for r in repo_rows}
+    left, top, cw, ch = 200, 120, 70, 24
+    w, h = left + cw * len(cells) + 120, top + ch * len(repos) + 10  # room for the last rotated label
+    parts = [f'<svg role="img" aria-label="resolve rate per repo and cell" width="{w}" height="{h}">']
+    for j, cell in enumerate(cells):
+        x = left + j * cw + cw / 2
+        parts.append(f'<text transform="translate({x},{top - 6}) rotate(-40)">{_e(cell)}</text>')
+    for i, repo in enumerate(repos):
+        y = top + i * ch
+        parts.append(f'<text x="{left - 8}" y="{y + 16}" text-anchor="end">{_e(repo)}</text>')
+        for j, cell in enumerate(cells):
+            v = value.get((repo, cell))
+            label = "" if v is None else f"{v:.2f}"
+            parts.append(
+                f'<rect x="{left + j * cw}" y="{y}" width="{cw - 2}" height="{ch - 2}" fill="{_heat_color(v)}">'
+                f"<title>{_e(repo)} / {_e(cell)}: {label or 'n/a'}</title></rect>"
+            )
+            fill = "#fff" if v is not None and v > 0.6 else "#1d232a"
+            parts.append(
+                f'<text x="{left + j * cw + cw / 2 - 1}" y="{y + 16}" text-anchor="middle" fill="{fill}">{label}</text>'
+            )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _comparisons(items: list[Comparison]) -> str:
+    if not items:
+        return "<p>Only one backend in this run: nothing to compare.</p>"
+    rows = []
+    for c in items:
+        d = c.to_json()
+        d["flips A-only"] = ", ".join(c.flips["resolved_only_in_a"]["instance_ids"]) or "none"
+        d["flips B-only"] = ", ".join(c.flips["resolved_only_in_b"]["instance_ids"]) or "none"
+        rows.append(d)
+    cols = [
+        "a",
+        "b",
+        "pairs",
+        "masked_pairs",
+        "agreement",
+        "rate_a",
+        "rate_b",
+        "delta",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "flips A-only",
+        "flips B-only",
+    ]
+    return _table(rows, cols)
+
+
+def _read(path: Path) -> str:
+    if not path.is_file():
+        return ""
+    text = path.read_text(errors="replace")
+    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + f"\n... ({len(text) - _MAX_TEXT} more characters)"
+
+
+def _tasks(run: Path, tasks: pl.DataFrame) -> str:
+    rows = []
+    for r in tasks.sort(["instance_id", "cell", "sample"]).to_dicts():
+        if r["mask_sample"]:
+            verdict, cls = f"masked ({r.get('error_kind') or 'timeout'})", "masked"
+        elif r["resolved"]:
+            verdict, cls = "resolved", "ok"
+        else:
+            verdict, cls = "unresolved", "no"
+        d = run / "tasks" / str(r["key"])
+        search = f"{r['instance_id']} {r['cell']} {verdict}".lower()
+        body = (
+            f"<details><summary>{_e(r['instance_id'])}</summary>"
+            f"<p>applied by: {_e(r.get('applied_by') or 'not applied')}; exit: {_e(r.get('exit_reason'))}; "
+            f"error: {_e(r.get('error') or 'none')}</p>"
+            f"<h4>patch</h4><pre>{_e(_read(d / 'patch.diff')) or '(empty)'}</pre>"
+            f"<h4>test output</h4><pre>{_e(_read(d / 'test_output.txt')) or '(tests not run)'}</pre></details>"
+        )
+        rows.append(
+            f'<tr class="task" data-search="{_e(search)}"><td>{body}</td><td>{_e(r["cell"])}</td>'
+            f'<td class="num">{r["sample"]}</td><td class="{cls}">{_e(verdict)}</td>'
+            f'<td class="num">{_fmt(r.get("time_total"))}</td></tr>'
+        )
+    return (
+        '<p><input id="filter" type="search" placeholder="filter by instance, cell or verdict"> '
+        f'<span id="shown">{len(rows)}</span> of {len(rows)} tasks</p>'
+        "<table><thead><tr><th>instance</th><th>cell</th><th>sample</th><th>verdict</th><th>seconds</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def render_report(run_dir: str | Path) -> str:
+    """The HTML text of the report for ``run_dir``."""
+    run = Path(run_dir)
+    tasks = task_frame(run)
+    cells = cell_table(tasks).to_dicts()
+    plan = json.loads((run / "plan.json").read_text()) if (run / "plan.json").is_file() else {}
+    try:
+        comparisons = compare_by(tasks, "provider")
+    except ResultsError:
+        comparisons = []
+    cell_cols = [
+        "cell",
+        "tasks",
+        "resolved",
+        "scored",
+        "resolve_rate",
+        "ci_low",
+        "ci_high",
+        "masked",
+        "patch_rate",
+        "apply_failures",
+        "mean_time_agent",
+        "mean_time_grading",
+        "mean_time_total",
+    ]
+    title = f"anyswe report: {plan.get('spec', run.name)}"
+    generated = datetime.now(UTC).isoformat(timespec="seconds")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_e(title)}</title><style>{_CSS}</style></head>
+<body>
+<h1>{_e(title)}</h1>
+<p class="meta">run directory {_e(run)} &middot; {tasks.height} tasks &middot; dataset {_e(plan.get("dataset", "?"))}
+&middot; generated {_e(generated)}</p>
+<h2>Cells</h2>
+<p>Rates are over unmasked samples, with 95% Wilson intervals.</p>
+{_table(cells, [c for c in cell_cols if c in (cells[0] if cells else {})])}
+<h2>Resolve rate per cell</h2>
+{rate_chart(cells)}
+<h2>Docker vs apptainer</h2>
+<p>Pairs of the same agent, model, instance and sample; delta is B - A with a paired bootstrap 95% interval;
+p is the exact McNemar test.</p>
+{_comparisons(comparisons)}
+<h2>Resolve rate per repo</h2>
+{_heatmap(repo_table(tasks).to_dicts())}
+<h2>Tasks</h2>
+{_tasks(run, tasks)}
+<script>{_JS}</script>
+</body></html>
+"""
+
+
+def write_report(run_dir: str | Path, out: str | Path) -> Path:
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_report(run_dir))
+    return path
