@@ -67,9 +67,15 @@ class ApptainerSandbox(Sandbox):
         # Without --pwd apptainer tries the host's cwd; docker's default is the image's WORKDIR.
         cmd += ["--pwd", workdir or "/"]
         if user:
-            # Apptainer runs commands as the calling user; switch inside, as root there.
-            argv = ["runuser", "-u", user, "--", *argv]
+            # Switching user inside (see _as_user) needs two capabilities that
+            # `root default capabilities = file` does not grant.
+            cmd += ["--add-caps", "CAP_SETUID,CAP_SETGID"]
         return [*cmd, f"instance://{self.name}", *argv]
+
+    def _as_user(self, argv: list[str], user: str) -> list[str]:
+        # Apptainer runs commands as the calling user (root): switch inside the sandbox. This sits
+        # inside the env loader, which reads its root-only env file before dropping privileges.
+        return ["runuser", "-u", user, "--", *argv]
 
     async def _env_transport(self, env: Mapping[str, str]) -> tuple[Path | None, list[str]]:
         # apptainer's --env-file evaluates values a second time inside the container (a `$` in a

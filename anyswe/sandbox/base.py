@@ -153,6 +153,10 @@ class Sandbox(ABC):
     ) -> list[str]:
         """The host argv that runs ``argv`` inside this sandbox."""
 
+    def _as_user(self, argv: list[str], user: str) -> list[str]:
+        """``argv`` run as ``user``; the default leaves it to the runtime's own flag (docker --user)."""
+        return argv
+
     async def _env_transport(self, env: Mapping[str, str]) -> tuple[Path | None, list[str]]:
         """How ``env`` reaches the command: a host env file for the runtime, or an argv prefix.
 
@@ -197,6 +201,8 @@ class Sandbox(ABC):
         if self._stopped:
             raise SandboxExecError(f"sandbox {self.name} is stopped")
         argv = shell_argv(cmd)
+        if user:
+            argv = self._as_user(argv, user)
         env_file, prefix = await self._env_transport(env) if env else (None, [])
         argv = [*prefix, *argv]
         if timeout is not None:

@@ -250,3 +250,41 @@ def test_gc_spares_live_owners_and_removes_dead_ones(provider_image: tuple[str, 
             await dead.stop()
 
     run(go())
+
+
+def test_exec_as_another_user(provider_image: tuple[str, str]) -> None:
+    name, image = provider_image
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(image) as sb:
+            r = await sb.exec(["id", "-un"], user="nobody")
+            assert r.ok and r.stdout.strip() == "nobody", r
+            r = await sb.exec(
+                ["sh", "-c", "echo $(id -un) $TOKEN"], user="nobody", env={"TOKEN": "t0k"}, workdir="/tmp"
+            )
+            assert r.ok and r.stdout.strip() == "nobody t0k", r
+            r = await sb.exec("sleep 30", user="nobody", timeout=2)
+            assert r.timed_out
+            assert (await sb.exec(["id", "-un"])).stdout.strip() == "root"
+
+    run(go())
+
+
+def test_docker_limits_and_labels(docker_image: str) -> None:
+    from python_on_whales import docker
+
+    provider = get_provider("docker", {"cpus": 1.5, "memory": "256m", "network": "none", "pids_limit": 256})
+
+    async def go() -> None:
+        async with provider.sandbox(docker_image, run_id="r1", task_id="t1") as sb:
+            c = docker.container.inspect(sb.name)
+            assert c.host_config.nano_cpus == 1_500_000_000 and c.host_config.memory == 256 * 1024 * 1024
+            assert c.host_config.network_mode == "none" and c.host_config.init is True
+            assert c.config.labels["anyswe.run_id"] == "r1" and c.config.labels["anyswe.task_id"] == "t1"
+            assert c.config.labels["anyswe.session"] == os.environ["ANYSWE_SESSION"]
+            r = await sb.exec(
+                "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
+            )
+            assert r.stdout.strip() == str(256 * 1024 * 1024)
+
+    run(go())
