@@ -55,20 +55,38 @@ debian_mirror() {
 
 docker_ok() { timeout 20 docker info >/dev/null 2>&1; }
 
+# A live, non-zombie process with this pid (a killed daemon lingers as a zombie for a while).
+process_running() {
+  local pid=$1 state
+  [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || return 1
+  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
+  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
 provision_docker() {
   if docker_ok; then log "docker: daemon answers"; return 0; fi
   command -v dockerd >/dev/null 2>&1 || apt_install docker.io
   command -v docker >/dev/null 2>&1 || apt_install docker.io
   mkdir -p "$LOG_DIR"
+  # A daemon killed with SIGKILL (a machine's session ending) leaves pid files that make the next
+  # dockerd refuse to start; remove them when their process is gone.
+  local f pid
+  for f in /var/run/docker.pid /var/run/docker/containerd/containerd.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f" 2>/dev/null || true)
+    if ! process_running "$pid"; then rm -f "$f"; fi
+  done
   log "docker: starting dockerd (log: $LOG_DIR/dockerd.log)"
   # setsid: the daemon must outlive this script and the shell that ran it.
   setsid dockerd >>"$LOG_DIR/dockerd.log" 2>&1 </dev/null &
+  local daemon=$!
   for _ in $(seq 1 60); do
     docker_ok && { log "docker: daemon answers"; return 0; }
+    kill -0 "$daemon" 2>/dev/null || break
     sleep 1
   done
   tail -n 30 "$LOG_DIR/dockerd.log" >&2 || true
-  die "dockerd did not answer within 60 s"
+  die "dockerd did not start (see the log above)"
 }
 
 apptainer_ok() { timeout 20 apptainer --version >/dev/null 2>&1; }
