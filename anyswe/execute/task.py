@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import GradingError, InfraError
 from anyswe.grading import get_harness
-from anyswe.grading.ladder import grade_patch
+from anyswe.grading.ladder import empty_patch_verdict, grade_patch
 
 if TYPE_CHECKING:
     from anyswe.agents import Agent
@@ -157,9 +157,12 @@ async def run_task(env: TaskEnv, task: Task) -> dict[str, Any]:
         row["exit_reason"] = str(outcome.exit_reason)
 
         t = time.monotonic()
-        # A fresh sandbox: nothing the agent did outside its patch can reach the tests.
-        async with provider.sandbox(image, run_id=env.run_id, task_id=task.key) as grader:
-            verdict = await grade_patch(grader, instance, harness, patch, timeout=spec.timeouts.grading)
+        if patch.strip():
+            # A fresh sandbox: nothing the agent did outside its patch can reach the tests.
+            async with provider.sandbox(image, run_id=env.run_id, task_id=task.key) as grader:
+                verdict = await grade_patch(grader, instance, harness, patch, timeout=spec.timeouts.grading)
+        else:
+            verdict = empty_patch_verdict(instance, harness)
         times["time_grading"] = time.monotonic() - t
         row.update(
             resolved=verdict.resolved,

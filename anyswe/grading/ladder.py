@@ -30,6 +30,12 @@ async def apply_patch(sandbox: Sandbox, patch: str, workdir: str) -> tuple[str |
     return None, "\n".join(log)
 
 
+def empty_patch_verdict(instance: Instance, harness: Harness) -> Verdict:
+    """An empty patch is unresolved without running anything (swebench: the apply fails)."""
+    harness.prepare(instance)
+    return Verdict(resolved=False, patch_exists=False, patch_applied=False, eval_script=harness.eval_script(instance))
+
+
 async def grade_patch(
     sandbox: Sandbox, instance: Instance, harness: Harness, patch: str | None, *, timeout: float
 ) -> Verdict:
@@ -38,10 +44,10 @@ async def grade_patch(
     An empty patch and a patch no rung can apply are unresolved without running the tests, as in
     swebench's ``run_instance``.
     """
+    if not patch or not patch.strip():
+        return empty_patch_verdict(instance, harness)
     harness.prepare(instance)
     script = harness.eval_script(instance)
-    if not patch or not patch.strip():
-        return Verdict(resolved=False, patch_exists=False, patch_applied=False, eval_script=script)
     rung, apply_log = await apply_patch(sandbox, patch, harness.workdir)
     if rung is None:
         return Verdict(
