@@ -288,3 +288,28 @@ def test_docker_limits_and_labels(docker_image: str) -> None:
             assert r.stdout.strip() == str(256 * 1024 * 1024)
 
     run(go())
+
+
+def test_env_values_never_reach_a_command_line(
+    provider_image: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from anyswe import _proc
+
+    name, image = provider_image
+    seen: list[list[str]] = []
+    real_run = _proc.run
+
+    async def recording_run(argv, **kw):  # type: ignore[no-untyped-def]
+        seen.append([str(a) for a in argv])
+        return await real_run(argv, **kw)
+
+    monkeypatch.setattr(_proc, "run", recording_run)
+    secret = "sk-test-" + uuid.uuid4().hex
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(image) as sb:
+            r = await sb.exec(["printenv", "API_KEY"], env={"API_KEY": secret})
+            assert r.stdout.strip() == secret
+
+    run(go())
+    assert seen and not [a for a in seen if any(secret in part for part in a)]
