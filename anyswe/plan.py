@@ -16,7 +16,7 @@ from typing import Any
 
 from anyswe.agents import agent_class
 from anyswe.datasets import Dataset, Instance, filter_instances, load_dataset
-from anyswe.errors import PlanError
+from anyswe.errors import AgentError, PlanError
 from anyswe.spec import ApptainerProviderSpec, MatrixRule, Spec
 
 #: Provider fields that cannot change a result (where and how many, not what).
@@ -189,6 +189,12 @@ def make_plan(spec: Spec, dataset: Dataset | None = None) -> Plan:
     if not instances:
         raise PlanError(f"dataset {dataset.name!r} has no instances left after filtering")
     cells = expand_cells(spec)
+    for name in sorted({c.agent for c in cells}):
+        cfg = spec.agents[name]
+        try:
+            agent_class(cfg.type)(cfg).check()
+        except AgentError as exc:
+            raise PlanError(f"agents.{name}: {exc}") from None
     for cell in cells:
         provider = spec.providers[cell.provider]
         has_sif = isinstance(provider, ApptainerProviderSpec) and provider.sif

@@ -79,6 +79,9 @@ class Agent(ABC):
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
 
+    def check(self) -> None:  # noqa: B027 - optional hook
+        """Raise :class:`AgentError` if the agent cannot run at all (checked at plan time, before any work)."""
+
     @abstractmethod
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         """Work on the task inside ``ctx.sandbox``; the executor enforces ``ctx.timeout``."""

@@ -52,6 +52,13 @@ class ReplayAgent(Agent):
             out[row["instance_id"]] = row["model_patch"] or ""
         return out
 
+    def check(self) -> None:
+        if not self.patches:
+            raise AgentError(
+                f"replay: {self.config.predictions} has no predictions"
+                + (f" for {self.config.model_name_or_path!r}" if self.config.model_name_or_path else "")
+            )
+
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         patch = self.patches.get(ctx.task.instance_id)
         if patch is None:

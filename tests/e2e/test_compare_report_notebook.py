@@ -176,3 +176,21 @@ def test_notebook_runs_end_to_end(runtimes: None, tmp_path: Path) -> None:
     )
     assert "all checks passed" in outputs
     assert (tmp_path / "run" / "results.jsonl").read_text().count("\n") == 8
+
+
+def test_status_and_results_cli(run_dir: Path) -> None:
+    r = CliRunner().invoke(app, ["status", str(run_dir)])
+    assert r.exit_code == 0 and "gold.none.apptainer" in r.output
+    line = next(x for x in r.output.splitlines() if "gold.none.docker" in x)
+    assert [int(v) for v in line.replace("│", " ").split()[1:]] == [
+        4,
+        4,
+        4,
+        0,
+        0,
+    ]  # planned finished resolved errors pending
+    r = CliRunner().invoke(app, ["results", str(run_dir), "--json"])
+    rows = [json.loads(x) for x in r.output.splitlines()]
+    assert {row["cell"]: row["resolve_rate"] for row in rows}["noop.none.docker"] == 0.0
+    r = CliRunner().invoke(app, ["status", str(run_dir / "nope")])
+    assert r.exit_code == 2 and "not a run directory" in r.output

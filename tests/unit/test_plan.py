@@ -158,3 +158,18 @@ def test_plan_cli_table_and_json(tmp_path: Path) -> None:
     assert r.exit_code == 0 and "coder.m1.d" in r.output
     r = runner.invoke(app, ["plan", str(path), "--set", "samples=0"])
     assert r.exit_code == 2 and "--set samples=0: samples" in r.output
+
+
+def test_replay_predictions_are_checked_at_plan_time(tmp_path: Path) -> None:
+    text = (
+        "name: r\ndataset: {name: demo}\nagents:\n  r: {type: replay, predictions: PREDS}\n"
+        "providers:\n  d: {type: docker}\n"
+    )
+    with pytest.raises(PlanError, match=r"agents\.r: replay: predictions file not found: .*nope\.jsonl"):
+        make_plan(load_spec(spec_from(tmp_path, base=text.replace("PREDS", "nope.jsonl"))))
+    (tmp_path / "bad.jsonl").write_text('{"instance_id": "demo__calc-1", "model_patch": "x"}\n{oops\n')
+    with pytest.raises(PlanError, match=r"bad\.jsonl: invalid JSON"):
+        make_plan(load_spec(spec_from(tmp_path, base=text.replace("PREDS", "bad.jsonl"))))
+    (tmp_path / "rows.jsonl").write_text('{"instance_id": "demo__calc-1"}\n')
+    with pytest.raises(PlanError, match="row 1 lacks instance_id or model_patch"):
+        make_plan(load_spec(spec_from(tmp_path, base=text.replace("PREDS", "rows.jsonl"))))
