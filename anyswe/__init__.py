@@ -29,8 +29,8 @@ from anyswe.errors import (
 if TYPE_CHECKING:
     from anyswe.datasets import load_dataset
     from anyswe.experiment import Experiment
-    from anyswe.results.compare import compare_by, compare_runs
-    from anyswe.results.tables import cell_table, repo_table, task_frame
+    from anyswe.results.compare import compare_by, compare_cells, compare_runs
+    from anyswe.results.tables import cell_table, instance_matrix, repo_table, task_frame
     from anyswe.sandbox import ExecResult, Sandbox, SandboxProvider, get_provider
     from anyswe.spec import Spec, load_spec
 
@@ -43,6 +43,8 @@ _LAZY = {
     "load_dataset": "anyswe.datasets",
     "compare_by": "anyswe.results.compare",
     "compare_runs": "anyswe.results.compare",
+    "compare_cells": "anyswe.results.compare",
+    "instance_matrix": "anyswe.results.tables",
     "cell_table": "anyswe.results.tables",
     "repo_table": "anyswe.results.tables",
     "task_frame": "anyswe.results.tables",
@@ -74,8 +76,10 @@ __all__ = [
     "SpecError",
     "cell_table",
     "compare_by",
+    "compare_cells",
     "compare_runs",
     "get_provider",
+    "instance_matrix",
     "load_dataset",
     "load_spec",
     "repo_table",

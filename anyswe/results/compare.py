@@ -120,6 +120,22 @@ def compare_by(tasks: pl.DataFrame, by: str = "provider", *, seed: int = 0) -> l
     return out
 
 
+def compare_cells(tasks: pl.DataFrame, cell_a: str, cell_b: str, *, seed: int = 0) -> Comparison:
+    """Compare any two cells of one task table (e.g. two models on one provider)."""
+    import polars as pl
+
+    missing = [c for c in (cell_a, cell_b) if c not in set(tasks["cell"])]
+    if missing:
+        raise ResultsError(f"no such cell: {', '.join(missing)}; cells: {', '.join(sorted(set(tasks['cell'])))}")
+    return compare_frames(
+        tasks.filter(pl.col("cell") == cell_a),
+        tasks.filter(pl.col("cell") == cell_b),
+        label_a=cell_a,
+        label_b=cell_b,
+        seed=seed,
+    )
+
+
 def compare_runs(tasks_a: pl.DataFrame, tasks_b: pl.DataFrame, *, seed: int = 0) -> list[Comparison]:
     """Compare each cell present in both runs with itself."""
     import polars as pl

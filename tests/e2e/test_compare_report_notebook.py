@@ -194,3 +194,15 @@ def test_status_and_results_cli(run_dir: Path) -> None:
     assert {row["cell"]: row["resolve_rate"] for row in rows}["noop.none.docker"] == 0.0
     r = CliRunner().invoke(app, ["status", str(run_dir / "nope")])
     assert r.exit_code == 2 and "not a run directory" in r.output
+
+
+def test_regrade_an_anyswe_run_directory(run_dir: Path) -> None:
+    r = CliRunner().invoke(app, ["regrade", "demo", str(run_dir), "--json"])
+    assert r.exit_code == 0, r.output
+    regraded = {o["key"]: o for o in map(json.loads, r.output.splitlines())}
+    rows = [json.loads(x) for x in (run_dir / "results.jsonl").read_text().splitlines()]
+    graded = [row for row in rows if row["patch_applied"]]  # empty patches never ran tests
+    assert len(graded) == 8
+    for row in graded:
+        assert regraded[row["key"]]["resolved"] == row["resolved"]
+        assert regraded[row["key"]]["instance_id"] == row["instance_id"]

@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from anyswe.results.compare import compare_by, compare_frames, compare_runs
+from anyswe.errors import ResultsError
+from anyswe.results.compare import compare_by, compare_cells, compare_frames, compare_runs
 from anyswe.results.stats import mcnemar_exact, paired_bootstrap, wilson
 from anyswe.results.tables import cell_table, instance_matrix, repo_table
 
@@ -85,6 +86,10 @@ def test_compare_by_provider_puts_docker_first() -> None:
     tasks = pl.concat([frame("g.a", "apptainer", {"x-1": True}), frame("g.d", "docker", {"x-1": True})])
     (c,) = compare_by(tasks, "provider")
     assert (c.a, c.b, c.agreement) == ("g.d", "g.a", 1.0)
+    both = pl.concat([frame("g.d", "docker", {"x-1": True}), frame("n.d", "docker", {"x-1": False}, agent="noop")])
+    assert compare_cells(both, "n.d", "g.d").flips["resolved_only_in_b"]["instance_ids"] == ["x-1"]
+    with pytest.raises(ResultsError, match="no such cell: q"):
+        compare_cells(both, "q", "g.d")
     (r,) = compare_runs(frame("g.d", "docker", {"x-1": True}), frame("g.d", "docker", {"x-1": False}))
     assert r.flips["resolved_only_in_a"]["instance_ids"] == ["x-1"]
 
