@@ -8,6 +8,8 @@ export UV_PYTHON_DOWNLOADS := "never"
 demo: setup
     uv run anyswe smoke
     uv run anyswe apply specs/demo.yaml
+    uv run anyswe diff runs/demo --by provider
+    uv run anyswe report runs/demo -o runs/demo/report.html
 
 # Everything a fresh machine needs: container runtimes, base image, Python environment.
 setup:
@@ -27,3 +29,7 @@ lint:
 # Remove every leftover anyswe container, instance and overlay.
 gc:
     uv run anyswe gc
+
+# Benchmarks (figures, never pass/fail).
+bench:
+    uv run python bench/regrade_corpus.py
