@@ -214,8 +214,4 @@ def make_plan(spec: Spec, dataset: Dataset | None = None) -> Plan:
     return plan
 
 
-def cell_from_row(row: dict[str, Any]) -> Cell:
-    return Cell(row["agent"], row.get("model"), row["provider"])
-
-
-__all__ = ["Cell", "Plan", "Task", "cell_from_row", "expand_cells", "make_plan", "task_key"]
+__all__ = ["Cell", "Plan", "Task", "expand_cells", "make_plan", "task_key"]

@@ -39,6 +39,23 @@ def _works(argv: list[str]) -> bool:
 
 
 @pytest.fixture(scope="session")
+def shared_swebench() -> Path:
+    """../shared/swebench (the real SWE-bench rows and logs)."""
+    path = SHARED / "swebench"
+    if not path.is_dir():
+        _unavailable(f"shared data not found at {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        _unavailable("chromium is not installed (scripts/provision.sh browser)")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
 def docker_image() -> str:
     if not _works(["docker", "info"]):
         _unavailable("no docker engine answers")

@@ -6,9 +6,10 @@ rows in SWE-bench's schema. Each dataset names the grading harness its instances
 
 from __future__ import annotations
 
+import functools
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,13 @@ class Dataset:
     harness: str = "pytest"
     #: docker image reference template; ``{instance_id}``, ``{instance_id_docker}``, ``{repo}`` fill in
     image_template: str | None = None
-    builds_images: bool = False
+    #: (instance_id, base_image) -> (Dockerfile, tag), for datasets that build their own task images
+    build_context: Callable[[str, str], tuple[Path, str]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def builds_images(self) -> bool:
+        return self.build_context is not None
 
     def harness_for(self, instance: Instance) -> str:
         return self.harness if self.harness != "auto" else harness_for_instance(instance)
@@ -172,8 +178,13 @@ def load_dataset(
     if info is not None and info.name in ("demo", "demo-swebench"):
         from anyswe.datasets import demo
 
-        instances = demo.load(swebench_shaped=info.name == "demo-swebench")
-        return Dataset(name=info.name, instances=instances, harness=harness or info.harness, builds_images=True)
+        shaped = info.name == "demo-swebench"
+        return Dataset(
+            name=info.name,
+            instances=demo.load(swebench_shaped=shaped),
+            harness=harness or info.harness,
+            build_context=functools.partial(demo.build_context, swebench_shaped=shaped),
+        )
     if path is not None:
         p = Path(path)
         instances = _validate(read_rows(p), str(p))

@@ -28,17 +28,15 @@ class DatasetInfo:
     aliases: tuple[str, ...] = ()
     image_template: str | None = None
     default_split: str = "test"
-    #: the dataset builds its own images (the demo) rather than naming pulled ones
-    builds_images: bool = False
 
     def names(self) -> set[str]:
         return {n.lower() for n in (self.name, *self.hub_names, *self.aliases)}
 
 
 _KNOWN: list[DatasetInfo] = [
-    DatasetInfo("demo", "pytest", builds_images=True),
+    DatasetInfo("demo", "pytest"),
     # The demo tasks shaped like SWE-bench images (/testbed, a conda `testbed` env), graded by swebench.
-    DatasetInfo("demo-swebench", "swebench", builds_images=True),
+    DatasetInfo("demo-swebench", "swebench"),
     DatasetInfo(
         "swe-bench-verified",
         "swebench",

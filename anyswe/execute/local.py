@@ -7,6 +7,7 @@ and keeps every finished row, which was fsynced as it finished.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +50,6 @@ async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, 
     """Run every task of ``plan`` not already done in ``run_dir``."""
     with RunStore(run_dir) as store:
         store.write_text("spec.yaml", plan.spec.resolved_yaml())
-        import json
-
         store.write_text("plan.json", json.dumps(plan.to_json(), indent=1) + "\n")
         done = store.done_keys()
         pending = [t for t in plan.tasks if t.key not in done]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anyswe.config import base_image
@@ -38,15 +39,14 @@ class ImageResolver:
         if spec.image:
             return format_image(spec.image, instance)
         ds = self.plan.dataset
-        if ds.builds_images:
-            return await self._memo(("docker", instance.instance_id), lambda: self._build(instance))
+        build = ds.build_context
+        if build is not None:
+            # Memoised per instance: the build context is written once, then built once.
+            return await self._memo(("docker", instance.instance_id), lambda: self._build(build, instance))
         return ds.docker_image(instance)
 
-    async def _build(self, instance: Instance) -> str:
-        from anyswe.datasets import demo
-
-        shaped = self.plan.dataset.name == "demo-swebench"
-        dockerfile, tag = demo.build_context(instance.instance_id, base_image(), swebench_shaped=shaped)
+    async def _build(self, build: Callable[[str, str], tuple[Path, str]], instance: Instance) -> str:
+        dockerfile, tag = build(instance.instance_id, base_image())
         return await build_docker_image(dockerfile, tag)
 
     async def image_for(self, instance: Instance, provider: str) -> str:

@@ -9,7 +9,6 @@ none is duplicated. One process at a time may write to a run directory (an flock
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import math
@@ -170,9 +169,3 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-@contextlib.contextmanager
-def open_store(run_dir: str | Path) -> Iterator[RunStore]:
-    with RunStore(run_dir) as store:
-        yield store

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import os
 import socket
@@ -230,7 +231,7 @@ class Sandbox(ABC):
                 stdout=result.stdout,
                 stderr=result.stderr,
             )
-        return _proc.ProcResult(result.argv, result.exit_code, result.stdout, result.stderr, result.duration, timed_out)
+        return dataclasses.replace(result, timed_out=timed_out)
 
     def _is_runtime_failure(self, result: _proc.ProcResult) -> bool:
         """True when the runtime, not the command, failed (e.g. the container is gone)."""

@@ -18,7 +18,6 @@ from anyswe.experiment import Experiment
 pytestmark = pytest.mark.containers
 
 REPO = Path(__file__).resolve().parents[2]
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 SPEC = """\
 name: compare
@@ -102,16 +101,7 @@ def test_exports(run_dir: Path) -> None:
     assert r.exit_code == 0 and r.output.startswith("cell,agent,model,provider,repo,tasks,resolved")
 
 
-def chromium() -> str:
-    path = shutil.which("chromium")
-    if path is None:
-        if IN_CI:
-            pytest.fail("chromium is not installed (scripts/provision.sh browser)")
-        pytest.skip("chromium is not installed")
-    return path
-
-
-def test_report_renders_in_chromium(run_dir: Path, tmp_path: Path) -> None:
+def test_report_renders_in_chromium(run_dir: Path, tmp_path: Path, chromium: str) -> None:
     out = tmp_path / "report.html"
     r = CliRunner().invoke(app, ["report", str(run_dir), "-o", str(out)])
     assert r.exit_code == 0, r.output
@@ -133,13 +123,13 @@ def test_report_renders_in_chromium(run_dir: Path, tmp_path: Path) -> None:
     shot = REPO / "tests" / "artifacts" / "report.png"
     shot.parent.mkdir(exist_ok=True)
     r1 = subprocess.run(
-        [chromium(), *flags, "--window-size=1280,2200", f"--screenshot={shot}", out.as_uri()],
+        [chromium, *flags, "--window-size=1280,2200", f"--screenshot={shot}", out.as_uri()],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert shot.is_file() and shot.stat().st_size > 10_000, r1.stderr[-2000:]
-    r2 = subprocess.run([chromium(), *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120)
+    r2 = subprocess.run([chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120)
     # The page's script ran to its end, and the console logged no error.
     assert 'data-ready="1"' in r2.stdout
     console = [line for line in (r1.stderr + r2.stderr).splitlines() if "CONSOLE" in line]

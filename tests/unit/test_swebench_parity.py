@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -18,13 +17,12 @@ from anyswe.grading import swebench as sb
 from anyswe.grading.regrade import instance_for_key, regrade
 
 SWEBENCH = Path(__file__).resolve().parents[3] / "shared" / "swebench"
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 CORPUS = SWEBENCH / "corpus"
 
-if not SWEBENCH.is_dir():
-    if IN_CI:
-        raise RuntimeError(f"shared data not found at {SWEBENCH}: CI must run beside ../shared")
-    pytestmark = pytest.mark.skip(reason=f"shared data not found at {SWEBENCH}")
+
+@pytest.fixture(autouse=True)
+def _needs_shared_data(shared_swebench: Path) -> None:
+    """Skips without ../shared, fails in CI (the fixture in conftest decides)."""
 
 
 @pytest.fixture(scope="module")
