@@ -11,7 +11,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from anyswe.errors import RuntimeNotAvailable
@@ -32,6 +32,10 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+#: Called with ("stdout" | "stderr", chunk) as output arrives.
+OnOutput = Callable[[str, bytes], None]
+
+
 async def run(
     argv: Sequence[str],
     *,
@@ -45,10 +49,14 @@ async def run(
     On timeout, or if the awaiting task is cancelled, the process group is killed before returning
     or re-raising, so a cancelled run never leaves a child behind.
     """
-    argv = [str(a) for a in argv]
-    start = time.monotonic()
+    return await run_streaming(argv, stdin=stdin, timeout=timeout, env=env, cwd=cwd)
+
+
+async def _spawn(
+    argv: list[str], stdin: bytes | None, env: Mapping[str, str] | None, cwd: str | None
+) -> asyncio.subprocess.Process:
     try:
-        proc = await asyncio.create_subprocess_exec(
+        return await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -59,13 +67,58 @@ async def run(
         )
     except FileNotFoundError as exc:
         raise RuntimeNotAvailable(f"executable not found: {argv[0]}", argv=argv) from exc
+
+
+async def _pump(stream: asyncio.StreamReader | None, name: str, sink: bytearray, on_output: OnOutput | None) -> None:
+    if stream is None:
+        return
+    while chunk := await stream.read(65536):
+        sink += chunk
+        if on_output is not None:
+            on_output(name, chunk)
+
+
+async def _communicate(
+    proc: asyncio.subprocess.Process, stdin: bytes | None, on_output: OnOutput | None, out: bytearray, err: bytearray
+) -> None:
+    """Feed stdin and collect both streams into ``out``/``err`` (so a timeout keeps what came so far)."""
+
+    async def feed() -> None:
+        if proc.stdin is not None:
+            if stdin:
+                proc.stdin.write(stdin)
+                with contextlib.suppress(ConnectionError):
+                    await proc.stdin.drain()
+            proc.stdin.close()
+
+    await asyncio.gather(
+        feed(), _pump(proc.stdout, "stdout", out, on_output), _pump(proc.stderr, "stderr", err, on_output)
+    )
+    await proc.wait()
+
+
+async def run_streaming(
+    argv: Sequence[str],
+    *,
+    on_output: OnOutput | None = None,
+    stdin: bytes | None = None,
+    timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> ProcResult:
+    """:func:`run`, with each chunk of output also handed to ``on_output`` as it arrives."""
+    argv = [str(a) for a in argv]
+    start = time.monotonic()
+    proc = await _spawn(argv, stdin, env, cwd)
     timed_out = False
+    out, err = bytearray(), bytearray()
     try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+        await asyncio.wait_for(_communicate(proc, stdin, on_output, out, err), timeout)
     except TimeoutError:
         timed_out = True
         _kill_group(proc)
-        out, err = await proc.communicate()
+        await asyncio.gather(_pump(proc.stdout, "stdout", out, on_output), _pump(proc.stderr, "stderr", err, on_output))
+        await proc.wait()
     except BaseException:
         _kill_group(proc)
         with contextlib.suppress(Exception):
@@ -75,4 +128,4 @@ async def run(
     if timed_out:
         _kill_group(proc)
     assert proc.returncode is not None
-    return ProcResult(argv, proc.returncode, out, err, time.monotonic() - start, timed_out)
+    return ProcResult(argv, proc.returncode, bytes(out), bytes(err), time.monotonic() - start, timed_out)

@@ -33,13 +33,15 @@ def smoke(
 ) -> None:
     """Start a sandbox on each provider and run a command in it."""
     from anyswe.config import base_image
-    from anyswe.images import ensure_sif
     from anyswe.sandbox import get_provider
+
+    async def base() -> str:
+        return base_image()
 
     async def one(name: str) -> str:
         provider = get_provider(name)
         await provider.check()
-        image = base_image() if name == "docker" else str(await ensure_sif(base_image()))
+        image = await provider.runnable_image(base, {})
         start = time.monotonic()
         async with provider.sandbox(image) as sb:
             r = await sb.exec(
@@ -159,24 +161,27 @@ def apply(
 @app.command()
 def status(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
     """How far a run got: tasks planned, finished, with errors, per cell."""
-    from anyswe.results.store import latest_attempts, read_rows
+    from anyswe.results.store import latest_attempts, read_results
 
     plan_path = run_dir / "plan.json"
     if not plan_path.is_file():
         _fail(ResultsError(f"{run_dir} is not a run directory (no plan.json)"))
     planned = json.loads(plan_path.read_text())
-    rows = {r["key"]: r for r in latest_attempts(read_rows(run_dir / "results.jsonl"))}
+    try:
+        found = {r.key: r for r in latest_attempts(read_results(run_dir / "results.jsonl"))}
+    except AnysweError as exc:
+        _fail(exc)
     out = []
     for cell in planned["cells"]:
         keys = [t["key"] for t in planned["tasks"] if t["cell"] == cell["cell"]]
-        done = [rows[k] for k in keys if k in rows]
+        done = [found[k] for k in keys if k in found]
         out.append(
             {
                 "cell": cell["cell"],
                 "planned": len(keys),
                 "finished": len(done),
-                "resolved": sum(bool(r["resolved"]) for r in done),
-                "errors": sum(r.get("error_kind") is not None for r in done),
+                "resolved": sum(r.resolved for r in done),
+                "errors": sum(r.error_kind is not None for r in done),
                 "pending": len(keys) - len(done),
             }
         )

@@ -9,6 +9,10 @@ task or its input (a bad spec, a patch that does not apply).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Self
+
+if TYPE_CHECKING:
+    from anyswe._proc import ProcResult
 
 _TAIL_CHARS = 2000
 
@@ -78,6 +82,13 @@ class SandboxError(InfraError):
         if self.stderr_tail.strip():
             parts.append(f"stderr (tail):\n{self.stderr_tail.rstrip()}")
         super().__init__("\n".join(parts))
+
+    @classmethod
+    def from_proc(cls, message: str, result: ProcResult) -> Self:
+        """The error for a runtime command that failed, carrying its argv, exit code and output."""
+        if result.timed_out:
+            message += " (timed out)"
+        return cls(message, argv=result.argv, exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr)
 
 
 class RuntimeNotAvailable(SandboxError):

@@ -1,9 +1,9 @@
 """The planner: a spec becomes cells (agent x model x provider) and tasks (cell x instance x sample).
 
 Each task has a stable key: a hash of everything that can change its result (agent config with
-files replaced by their content hash, model id and parameters, provider type and limits, the
-instance row, timeouts, harness, sample index) and nothing that cannot (paths, ports, names,
-times), so re-applying a spec finds its finished tasks again.
+files replaced by their content hash, model id and parameters, the provider config's fields not
+declared result-neutral, the instance row, timeouts, harness, sample index) and nothing that
+cannot (paths, ports, names, times), so re-applying a spec finds its finished tasks again.
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ from typing import Any
 from anyswe.agents import agent_class
 from anyswe.datasets import Dataset, Instance, filter_instances, load_dataset
 from anyswe.errors import AgentError, PlanError
-from anyswe.spec import ApptainerProviderSpec, MatrixRule, Spec
-
-#: Provider fields that cannot change a result (where and how many, not what).
-_PROVIDER_NEUTRAL = {"concurrency", "startup_timeout", "state_dir", "binary", "sif", "extra_options"}
+from anyswe.grading import harness_for
+from anyswe.spec import MatrixRule, Spec
 
 
 @dataclass(frozen=True, order=True)
@@ -40,6 +38,8 @@ class Task:
     instance_id: str
     sample: int
     key: str
+    #: The harness that grades this task (routing of ``auto`` resolved once, at plan time).
+    harness: str = ""
 
     def row(self) -> dict[str, Any]:
         return {
@@ -96,7 +96,8 @@ class Plan:
 
     @property
     def harness_name(self) -> str:
-        return self.spec.grading.harness or self.spec.dataset.harness or self.dataset.harness
+        """The spec's or the dataset's harness choice (``auto`` routes each instance)."""
+        return self.spec.grading.harness or self.dataset.harness
 
 
 def _digest(obj: Any) -> str:
@@ -168,8 +169,8 @@ def task_key(spec: Spec, cell: Cell, instance: Instance, sample: int, harness: s
     model = spec.models[cell.model] if cell.model else None
     payload = {
         "agent": _content_of_paths(agent_cfg.model_dump()),
-        "model": None if model is None else {"api": model.api, "model": model.model, "params": model.params},
-        "provider": {k: v for k, v in provider.model_dump(mode="json").items() if k not in _PROVIDER_NEUTRAL},
+        "model": None if model is None else model.key_payload(),
+        "provider": provider.key_payload(),
         "instance": _digest(instance.model_dump(mode="json")),
         "timeouts": {"agent": spec.timeouts.agent, "grading": spec.timeouts.grading},
         "harness": harness,
@@ -182,7 +183,7 @@ def make_plan(spec: Spec, dataset: Dataset | None = None) -> Plan:
     """Expand ``spec``; the dataset is loaded (and filtered) unless given."""
     ds = spec.dataset
     if dataset is None:
-        dataset = load_dataset(ds.name, ds.path, harness=ds.harness, split=ds.split)
+        dataset = load_dataset(ds.name, ds.path, split=ds.split)
     instances = filter_instances(
         dataset.instances, instance_ids=ds.instance_ids, repos=ds.repos, limit=ds.limit, seed=ds.seed
     )
@@ -197,16 +198,19 @@ def make_plan(spec: Spec, dataset: Dataset | None = None) -> Plan:
             raise PlanError(f"agents.{name}: {exc}") from None
     for cell in cells:
         provider = spec.providers[cell.provider]
-        has_sif = isinstance(provider, ApptainerProviderSpec) and provider.sif
-        if not (dataset.builds_images or provider.image or dataset.image_template or has_sif):
+        if not (dataset.builds_images or dataset.image_template or provider.names_own_images()):
             raise PlanError(
                 f"provider {cell.provider!r}: dataset {dataset.name!r} does not build its images; "
                 f"set providers.{cell.provider}.image"
             )
     plan = Plan(spec=spec, dataset=dataset, instances=instances, cells=cells)
-    harness = plan.harness_name
+    choice = plan.harness_name
+    graded_by = {
+        i.instance_id: harness_for(i, spec_harness=spec.grading.harness, dataset_harness=dataset.harness)
+        for i in instances
+    }
     plan.tasks = [
-        Task(cell, inst.instance_id, s, task_key(spec, cell, inst, s, harness))
+        Task(cell, inst.instance_id, s, task_key(spec, cell, inst, s, choice), graded_by[inst.instance_id])
         for cell in cells
         for inst in instances
         for s in range(spec.samples)

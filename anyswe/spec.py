@@ -7,18 +7,18 @@ Every error names the file, line, column and field (``specs/x.yaml:12:5: agents.
 from __future__ import annotations
 
 import io
-import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from anyswe.agents import AgentConfig, agent_class
 from anyswe.errors import SpecError
-from anyswe.sandbox.apptainer import ApptainerConfig
-from anyswe.sandbox.docker import DockerConfig
+from anyswe.model import ModelSpec
+from anyswe.sandbox import ProviderConfig, provider_class
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+__all__ = ["DatasetSpec", "GradingSpec", "MatrixRule", "MatrixSpec", "ModelSpec", "Spec", "TimeoutSpec", "load_spec"]
 
 
 class _Strict(BaseModel):
@@ -31,7 +31,6 @@ class DatasetSpec(_Strict):
     name: str | None = Field(default=None, description="A known dataset name, e.g. 'demo'.")
     path: Path | None = Field(default=None, description="A JSONL/JSON/parquet file of rows (relative to the spec).")
     split: str = "test"
-    harness: str | None = Field(default=None, description="Grading harness; default: the dataset's own.")
     instance_ids: list[str] | None = None
     repos: list[str] | None = None
     limit: int | None = Field(default=None, ge=1)
@@ -42,44 +41,6 @@ class DatasetSpec(_Strict):
         if self.name is None and self.path is None:
             raise ValueError("give the dataset a `name` or a `path`")
         return self
-
-
-class ModelSpec(_Strict):
-    """A model endpoint. The key is never in the spec: only the *name* of the env var that holds it."""
-
-    api: Literal["openai-chat", "openai-responses", "anthropic-messages"]
-    model: str = Field(description="The model id sent to the API.")
-    base_url: str | None = None
-    api_key_env: str | None = Field(default=None, description="Name of the environment variable holding the key.")
-    params: dict[str, Any] = Field(default_factory=dict, description="Sampling parameters (temperature, ...).")
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, value: str | None) -> str | None:
-        if value is not None and not _ENV_NAME.match(value):
-            raise ValueError("must be the NAME of an environment variable (e.g. OPENAI_API_KEY), never the key itself")
-        return value
-
-
-class _ImageFields(BaseModel):
-    image: str | None = Field(
-        default=None,
-        description="Docker image template ({instance_id}, {instance_id_docker}, {repo}, {version}); "
-        "default: the dataset's own (built locally for the demo).",
-    )
-
-
-class DockerProviderSpec(DockerConfig, _ImageFields):
-    pass
-
-
-class ApptainerProviderSpec(ApptainerConfig, _ImageFields):
-    sif: str | None = Field(
-        default=None, description="SIF path template; default: converted from the docker image and cached."
-    )
-
-
-ProviderSpec = Annotated[DockerProviderSpec | ApptainerProviderSpec, Field(discriminator="type")]
 
 
 class MatrixRule(_Strict):
@@ -105,7 +66,11 @@ class TimeoutSpec(_Strict):
 
 
 class GradingSpec(_Strict):
-    harness: str | None = Field(default=None, description="Override the dataset's harness.")
+    harness: str | None = Field(
+        default=None,
+        description="Grading harness (a name or module:Class); default: the dataset's own; "
+        "'auto' routes each instance.",
+    )
 
 
 class Spec(_Strict):
@@ -116,7 +81,7 @@ class Spec(_Strict):
     dataset: DatasetSpec
     agents: dict[str, AgentConfig] = Field(min_length=1)
     models: dict[str, ModelSpec] = Field(default_factory=dict)
-    providers: dict[str, ProviderSpec] = Field(min_length=1)
+    providers: dict[str, ProviderConfig] = Field(min_length=1)
     matrix: MatrixSpec = Field(default_factory=MatrixSpec)
     samples: int = Field(default=1, ge=1, description="Samples per instance and cell.")
     timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
@@ -218,19 +183,12 @@ def _apply_override(data: Any, keys: list[str | int], value: Any, text: str) -> 
         raise SpecError(f"--set {text}: cannot set {'.'.join(map(str, keys))}")
 
 
-def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Drop the tag pydantic inserts for a discriminated union (providers.<name>.<type>.field)."""
-    if len(loc) > 2 and loc[0] == "providers" and loc[2] in ("docker", "apptainer"):
-        return loc[:2] + loc[3:]
-    return loc
-
-
 def _format_errors(
     exc: ValidationError, data: Any, source: str, overrides: dict[tuple[Any, ...], str], prefix: tuple[Any, ...] = ()
 ) -> str:
     lines = []
     for err in exc.errors():
-        loc = _clean_loc(prefix + tuple(err["loc"]))
+        loc = prefix + tuple(err["loc"])
         field_path = ".".join(str(x) for x in loc) or "(top level)"
         where = next((f"--set {t}" for p, t in overrides.items() if loc[: len(p)] == p), None)
         if where is None:
@@ -243,29 +201,54 @@ def _format_errors(
     return "\n".join(lines)
 
 
-def _validate_agents(
-    data: Any, source: str, overrides: dict[tuple[Any, ...], str]
-) -> tuple[dict[str, AgentConfig], list[str]]:
-    """Validate each ``agents.<name>`` block with its own agent's config class."""
-    configs: dict[str, AgentConfig] = {}
+def _validate_blocks(
+    data: Any,
+    section: str,
+    config_class: Callable[[str], type[BaseModel]],
+    source: str,
+    overrides: dict[tuple[Any, ...], str],
+) -> tuple[dict[str, Any], list[str]]:
+    """Validate each ``<section>.<name>`` block with the config class its ``type`` names."""
+    configs: dict[str, Any] = {}
     errors: list[str] = []
-    agents = data.get("agents")
-    if not isinstance(agents, dict):
+    blocks = data.get(section)
+    if not isinstance(blocks, dict):
         return configs, errors  # reported by the Spec model
-    for name, raw in agents.items():
-        if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+    for name, raw in blocks.items():
+        if not _typed(raw):
             continue  # reported by the Spec model
         try:
-            cls = agent_class(raw["type"]).config_class
+            cls = config_class(raw["type"])
         except SpecError as exc:
-            pos = _locate(data, ("agents", name, "type"))
-            errors.append(f"{source}:{pos[0]}:{pos[1]}: agents.{name}.type: {exc}" if pos else f"{source}: {exc}")
+            pos = _locate(data, (section, name, "type"))
+            errors.append(f"{source}:{pos[0]}:{pos[1]}: {section}.{name}.type: {exc}" if pos else f"{source}: {exc}")
             continue
         try:
             configs[name] = cls.model_validate(dict(raw))
         except ValidationError as exc:
-            errors.append(_format_errors(exc, data, source, overrides, prefix=("agents", name)))
+            errors.append(_format_errors(exc, data, source, overrides, prefix=(section, name)))
     return configs, errors
+
+
+def _validated_or_placeholder(raw: Any, validated: dict[str, Any], base: type[BaseModel]) -> Any:
+    if not isinstance(raw, dict):
+        return raw
+    return {
+        name: validated.get(name) or (base.model_construct(type=block["type"]) if _typed(block) else block)
+        for name, block in raw.items()
+    }
+
+
+def _typed(block: Any) -> bool:
+    return isinstance(block, dict) and isinstance(block.get("type"), str)
+
+
+def _agent_config_class(type_: str) -> type[BaseModel]:
+    return agent_class(type_).config_class
+
+
+def _provider_config_class(type_: str) -> type[BaseModel]:
+    return provider_class(type_).config_class
 
 
 def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Spec:
@@ -289,15 +272,24 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         keys, value = _parse_override(text)
         _apply_override(data, keys, value, text)
         applied[tuple(keys)] = text
-    agents, errors = _validate_agents(data, str(p), applied)
+    agents, errors = _validate_blocks(data, "agents", _agent_config_class, str(p), applied)
+    providers, provider_errors = _validate_blocks(data, "providers", _provider_config_class, str(p), applied)
+    errors += provider_errors
     spec: Spec | None = None
     try:
-        spec = Spec.model_validate(data)
+        # Blocks already validated by their own classes go in as they are; a block that failed
+        # (its errors are collected above) stands in as an unvalidated placeholder, not twice.
+        spec = Spec.model_validate(
+            {
+                **data,
+                "agents": _validated_or_placeholder(data.get("agents"), agents, AgentConfig),
+                "providers": _validated_or_placeholder(data.get("providers"), providers, ProviderConfig),
+            }
+        )
     except ValidationError as exc:
         errors.insert(0, _format_errors(exc, data, str(p), applied))
     if errors or spec is None:
         raise SpecError("\n".join(errors))
-    spec.agents = agents
     # Paths in the spec are relative to the spec file; the run directory to where anyswe runs.
     base = p.resolve().parent
     if spec.dataset.path is not None and not spec.dataset.path.is_absolute():

@@ -1,44 +1,47 @@
-"""Agents, registered by short name. Model-free: ``gold``, ``noop``, ``replay``."""
+"""Agents, registered by short name (model-free: ``gold``, ``noop``, ``replay``) or given as ``module:Class``."""
 
 from __future__ import annotations
 
-import importlib
-
-from anyswe.agents.base import Agent, AgentConfig, AgentContext, AgentOutcome, ExitReason
-from anyswe.errors import SpecError
+from anyswe.agents.base import (
+    Agent,
+    AgentConfig,
+    AgentContext,
+    AgentOutcome,
+    AgentUsage,
+    ExitReason,
+    ModelEndpoint,
+)
+from anyswe.registry import Registry
 
 __all__ = [
+    "AGENTS",
     "Agent",
     "AgentConfig",
     "AgentContext",
     "AgentOutcome",
+    "AgentUsage",
     "ExitReason",
+    "ModelEndpoint",
     "agent_class",
     "agent_names",
     "register_agent",
 ]
 
-# short name -> "module:Class"; modules load on first use.
-_AGENTS: dict[str, str] = {
-    "gold": "anyswe.agents.gold:GoldAgent",
-    "noop": "anyswe.agents.noop:NoopAgent",
-    "replay": "anyswe.agents.replay:ReplayAgent",
-}
+AGENTS: Registry[Agent] = Registry("agent type", Agent)
+AGENTS.register("gold", "anyswe.agents.gold:GoldAgent")
+AGENTS.register("noop", "anyswe.agents.noop:NoopAgent")
+AGENTS.register("replay", "anyswe.agents.replay:ReplayAgent")
 
 
-def register_agent(name: str, target: str) -> None:
-    """Register an agent class as ``"module:Class"`` under a short name."""
-    _AGENTS[name] = target
+def register_agent(name: str, target: str | type[Agent]) -> None:
+    """Register an agent class (or ``"module:Class"``) under a short name."""
+    AGENTS.register(name, target)
 
 
 def agent_names() -> list[str]:
-    return sorted(_AGENTS)
+    return AGENTS.names()
 
 
 def agent_class(name: str) -> type[Agent]:
-    try:
-        module, cls = _AGENTS[name].split(":")
-    except KeyError:
-        raise SpecError(f"unknown agent type {name!r}; known: {', '.join(agent_names())}") from None
-    found: type[Agent] = getattr(importlib.import_module(module), cls)
-    return found
+    """The agent class of a spec's ``type``: a short name or a dotted path ``module:Class``."""
+    return AGENTS.load(name)

@@ -14,9 +14,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from anyswe.model import ModelEndpoint, ModelSpec
+
 if TYPE_CHECKING:
     from anyswe.datasets.instance import AgentView
     from anyswe.sandbox import Sandbox
+
+__all__ = ["Agent", "AgentConfig", "AgentContext", "AgentOutcome", "AgentUsage", "ExitReason", "ModelEndpoint"]
 
 
 class ExitReason(StrEnum):
@@ -27,6 +31,8 @@ class ExitReason(StrEnum):
     CONTEXT_WINDOW = "context_window"
     TIMEOUT = "timeout"
     ERROR = "error"
+    #: A budget (calls, tokens, time, turns) set by the host ran out.
+    BUDGET = "budget"
 
 
 class AgentConfig(BaseModel):
@@ -43,12 +49,16 @@ class AgentConfig(BaseModel):
 
 @dataclass
 class AgentContext:
-    """What an agent gets to work with."""
+    """What an agent gets to work with for one task."""
 
-    sandbox: Sandbox
+    sandbox: Sandbox[Any]
     task: AgentView
     workdir: str
     timeout: float
+    #: The model endpoint of this task's cell (None for model-free agents).
+    model: ModelEndpoint | None = None
+    #: A turn cap the agent should honour (None: the agent's own default).
+    max_turns: int | None = None
     #: Only for the model-free reference agent `gold`: the reference patch.
     reference_patch: str | None = None
     log_lines: list[str] = field(default_factory=list)
@@ -58,11 +68,26 @@ class AgentContext:
 
 
 @dataclass
+class AgentUsage:
+    """What an agent's model calls cost; summed into the task's result."""
+
+    model_calls: int = 0
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+
+
+@dataclass
 class AgentOutcome:
     exit_reason: ExitReason = ExitReason.SUBMITTED
     #: A patch submitted as text; when None the executor captures the work tree's diff instead.
     submitted_patch: str | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
+    usage: AgentUsage = field(default_factory=AgentUsage)
+    #: Host path of the agent's own trajectory file, if it keeps one.
+    trajectory_path: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -76,8 +101,10 @@ class Agent(ABC):
     #: Only reference agents are given the gold patch.
     needs_reference: ClassVar[bool] = False
 
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(self, config: AgentConfig, model: ModelSpec | None = None) -> None:
+        """One agent object per (agent, model) cell; ``model`` is None for model-free agents."""
         self.config = config
+        self.model = model
 
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise :class:`AgentError` if the agent cannot run at all (checked at plan time, before any work)."""

@@ -25,7 +25,9 @@ __all__ = [
     "Dataset",
     "Instance",
     "filter_instances",
-    "harness_for_instance",
+    "format_image",
+    "image_builder",
+    "image_fields",
     "known_datasets",
     "load_dataset",
     "read_rows",
@@ -50,9 +52,6 @@ class Dataset:
     def builds_images(self) -> bool:
         return self.build_context is not None
 
-    def harness_for(self, instance: Instance) -> str:
-        return self.harness if self.harness != "auto" else harness_for_instance(instance)
-
     def by_id(self) -> dict[str, Instance]:
         return {i.instance_id: i for i in self.instances}
 
@@ -65,17 +64,31 @@ class Dataset:
         return format_image(tpl, instance)
 
 
+def image_fields(instance: Instance) -> dict[str, str]:
+    """The fields an image template may use: {instance_id}, {instance_id_docker}, {docker_image}, {repo}, {version}."""
+    return {
+        "instance_id": instance.instance_id,
+        "instance_id_docker": instance.instance_id.replace("__", "_1776_").lower(),
+        "docker_image": str((instance.model_extra or {}).get("docker_image", "")),
+        "repo": instance.repo,
+        "version": instance.version,
+    }
+
+
 def format_image(template: str, instance: Instance) -> str:
     try:
-        return template.format(
-            instance_id=instance.instance_id,
-            instance_id_docker=instance.instance_id.replace("__", "_1776_").lower(),
-            docker_image=(instance.model_extra or {}).get("docker_image", ""),
-            repo=instance.repo,
-            version=instance.version,
-        )
+        return template.format(**image_fields(instance))
     except (KeyError, IndexError) as exc:
         raise DatasetError(f"image template {template!r} has an unknown field {exc}") from None
+
+
+def image_builder(name: str) -> Callable[[str, str], tuple[Path, str]]:
+    """The local image build of a dataset that builds its own: (instance_id, base image) -> (Dockerfile, tag)."""
+    if name in ("demo", "demo-swebench"):
+        from anyswe.datasets import demo
+
+        return functools.partial(demo.build_context, swebench_shaped=name == "demo-swebench")
+    raise DatasetError(f"dataset {name!r} does not build its own images")
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -136,18 +149,6 @@ def _validate(rows: Sequence[dict[str, Any]], source: str) -> list[Instance]:
     return out
 
 
-def harness_for_instance(instance: Instance) -> str:
-    """Route one instance: R2E-Gym rows carry ``expected_output_json``; repos swebench knows use swebench."""
-    extra = instance.model_extra or {}
-    if "expected_output_json" in extra:
-        return "r2e"
-    if "swebench_spec" in extra:
-        return "swebench"
-    from anyswe.grading import swebench as sb
-
-    return "swebench" if sb.known_repo(instance.repo) else "pytest"
-
-
 def _hub_rows(hub_name: str, split: str) -> list[dict[str, Any]]:
     """Rows from the local Hugging Face cache; never a download."""
     try:
@@ -178,12 +179,11 @@ def load_dataset(
     if info is not None and info.name in ("demo", "demo-swebench"):
         from anyswe.datasets import demo
 
-        shaped = info.name == "demo-swebench"
         return Dataset(
             name=info.name,
-            instances=demo.load(swebench_shaped=shaped),
+            instances=demo.load(swebench_shaped=info.name == "demo-swebench"),
             harness=harness or info.harness,
-            build_context=functools.partial(demo.build_context, swebench_shaped=shaped),
+            build_context=image_builder(info.name),
         )
     if path is not None:
         p = Path(path)

@@ -1,4 +1,8 @@
-"""The local executor: asyncio, a bound on tasks in flight, and one provider object per provider.
+"""The local executor: asyncio, a bound on tasks in flight, units of work run by one in-process worker.
+
+It takes the same path a distributed executor will: each pending task becomes a picklable
+:class:`WorkUnit`, a :class:`Worker` runs it and returns a :class:`TaskOutput`, and only this
+driver writes the run directory (artefacts first, then the fsynced result row).
 
 Ctrl-C (cancellation) stops launching, tears down running sandboxes (their teardown is shielded)
 and keeps every finished row, which was fsynced as it finished.
@@ -11,16 +15,13 @@ import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from anyswe.agents import agent_class
 from anyswe.execute.progress import make_progress
-from anyswe.execute.task import TaskEnv, run_task
-from anyswe.images.resolve import ImageResolver
+from anyswe.execute.unit import TaskOutput, WorkUnit, make_unit
+from anyswe.execute.worker import Worker
 from anyswe.plan import Plan
 from anyswe.results.export import export_run
 from anyswe.results.store import RunStore
-from anyswe.sandbox import get_provider
 
 
 @dataclass
@@ -39,11 +40,23 @@ class RunSummary:
         )
 
 
-def _provider_config(plan: Plan, name: str) -> dict[str, Any]:
-    spec = plan.spec.providers[name]
-    cfg = spec.model_dump(exclude={"image", "sif"})
-    cfg["startup_timeout"] = plan.spec.timeouts.sandbox_start
-    return cfg
+def pending_units(plan: Plan, store: RunStore, run_id: str) -> list[WorkUnit]:
+    """A unit of work for every task of ``plan`` not already done in ``store``."""
+    done = store.done_keys()
+    attempts = store.attempts()
+    return [
+        make_unit(plan, t, run_id=run_id, attempt=attempts.get(t.key, 0) + 1) for t in plan.tasks if t.key not in done
+    ]
+
+
+def record(store: RunStore, output: TaskOutput) -> None:
+    """Write a task's artefacts, then its result row (a row always has its files beside it)."""
+    out_dir = store.task_dir(output.result.key)
+    # A retried task's folder must not keep the earlier attempt's error.
+    (out_dir / "error.txt").unlink(missing_ok=True)
+    for name, text in output.artifacts.items():
+        (out_dir / name).write_text(text)
+    store.append(output.result)
 
 
 async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, progress: bool = True) -> RunSummary:
@@ -51,45 +64,28 @@ async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, 
     with RunStore(run_dir) as store:
         store.write_text("spec.yaml", plan.spec.resolved_yaml())
         store.write_text("plan.json", json.dumps(plan.to_json(), indent=1) + "\n")
-        done = store.done_keys()
-        pending = [t for t in plan.tasks if t.key not in done]
-        used = {t.cell.provider for t in pending}
-        env = TaskEnv(
-            plan=plan,
-            store=store,
-            providers={
-                name: get_provider(plan.spec.providers[name].type, _provider_config(plan, name)) for name in used
-            },
-            agents={
-                name: agent_class(cfg.type)(cfg)
-                for name, cfg in plan.spec.agents.items()
-                if any(t.cell.agent == name for t in pending)
-            },
-            images=ImageResolver(plan),
-            run_id=uuid.uuid4().hex[:12],
-            attempts=store.attempts(),
-        )
-        for p in env.providers.values():
-            await p.check()
+        units = pending_units(plan, store, uuid.uuid4().hex[:12])
+        worker = Worker()
+        await worker.check(units)
         slots = asyncio.Semaphore(concurrency or plan.spec.concurrency)
-        bar = make_progress(len(pending), plan.spec.name, enabled=progress)
+        bar = make_progress(len(units), plan.spec.name, enabled=progress)
         resolved = errors = 0
 
-        async def one(task: Any) -> None:
+        async def one(unit: WorkUnit) -> None:
             nonlocal resolved, errors
             async with slots:
-                row = await run_task(env, task)
-            store.append(row)
-            resolved += bool(row["resolved"])
-            errors += row["error_kind"] is not None
-            bar.advance(row)
+                output = await worker.run(unit)
+            record(store, output)
+            resolved += output.result.resolved
+            errors += output.result.error_kind is not None
+            bar.advance(output.result)
 
         try:
             async with asyncio.TaskGroup() as group:
-                for task in pending:
-                    group.create_task(one(task))
+                for unit in units:
+                    group.create_task(one(unit))
         finally:
             bar.close()
             store.write_aggregates()
             export_run(run_dir)
-    return RunSummary(run_dir, len(plan.tasks), len(plan.tasks) - len(pending), len(pending), resolved, errors)
+    return RunSummary(run_dir, len(plan.tasks), len(plan.tasks) - len(units), len(units), resolved, errors)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from anyswe.results.schema import TaskResult
 
 
 class Progress(Protocol):
-    def advance(self, row: dict[str, Any]) -> None: ...
+    def advance(self, row: TaskResult) -> None: ...
     def close(self) -> None: ...
 
 
@@ -21,7 +24,7 @@ def _in_jupyter() -> bool:
 
 
 class _Silent:
-    def advance(self, row: dict[str, Any]) -> None:
+    def advance(self, row: TaskResult) -> None:
         pass
 
     def close(self) -> None:
@@ -34,11 +37,11 @@ class _Lines:
     def __init__(self, total: int) -> None:
         self.total, self.done = total, 0
 
-    def advance(self, row: dict[str, Any]) -> None:
+    def advance(self, row: TaskResult) -> None:
         self.done += 1
-        verdict = "resolved" if row.get("resolved") else (row.get("error_kind") or "unresolved")
+        verdict = "resolved" if row.resolved else (row.error_kind or "unresolved")
         print(
-            f"[{self.done}/{self.total}] {row['cell']} {row['instance_id']} s{row['sample']}: {verdict}",
+            f"[{self.done}/{self.total}] {row.cell} {row.instance_id} s{row.sample}: {verdict}",
             file=sys.stderr,
             flush=True,
         )
@@ -64,9 +67,9 @@ class _Rich:
         self._task = self._p.add_task(title, total=total, tally="")
         self._p.start()
 
-    def advance(self, row: dict[str, Any]) -> None:
-        self._resolved += bool(row.get("resolved"))
-        self._failed += row.get("error_kind") is not None
+    def advance(self, row: TaskResult) -> None:
+        self._resolved += row.resolved
+        self._failed += row.error_kind is not None
         self._p.update(self._task, advance=1, tally=f"resolved {self._resolved}  errors {self._failed}")
 
     def close(self) -> None:
@@ -80,8 +83,8 @@ class _Notebook:
         self._bar = tqdm(total=total, desc=title)
         self._resolved = 0
 
-    def advance(self, row: dict[str, Any]) -> None:
-        self._resolved += bool(row.get("resolved"))
+    def advance(self, row: TaskResult) -> None:
+        self._resolved += row.resolved
         self._bar.set_postfix(resolved=self._resolved)
         self._bar.update(1)
 

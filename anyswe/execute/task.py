@@ -1,8 +1,11 @@
-"""One task, start to finish: image -> sandbox -> agent -> patch capture -> fresh sandbox -> grade -> row.
+"""One unit of work, start to finish, in phases that each return a value:
 
-Every phase is timed. Whatever happens, the row says what: an infrastructure failure (runtime,
+image -> sandbox + agent (timeout) -> patch capture -> fresh sandbox + grade -> classify.
+
+The result is assembled once, at the end, whatever happened: an infrastructure failure (runtime,
 image, sandbox) is ``error_kind="infra"`` and masks the sample; the agent's own failure is
-``"agent"`` and counts as unresolved; a grading failure is ``"grading"`` and masks the sample.
+``"agent"`` and counts as unresolved; a grading failure is ``"grading"`` and masks the sample; a
+bug in anyswe is ``"internal"``. Nothing here writes files: the artefacts travel in the output.
 """
 
 from __future__ import annotations
@@ -15,18 +18,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from anyswe.agents import AgentContext, AgentOutcome, ExitReason
+from anyswe.agents import AgentContext, AgentOutcome, ExitReason, ModelEndpoint
 from anyswe.errors import GradingError, InfraError
+from anyswe.execute.unit import TaskOutput
 from anyswe.grading import get_harness
 from anyswe.grading.ladder import empty_patch_verdict, grade_patch
+from anyswe.results.schema import TaskResult
+from anyswe.sandbox import SandboxRequest
 
 if TYPE_CHECKING:
     from anyswe.agents import Agent
-    from anyswe.datasets import Instance
+    from anyswe.execute.unit import WorkUnit
+    from anyswe.execute.worker import Worker
     from anyswe.grading import Harness, Verdict
-    from anyswe.images.resolve import ImageResolver
-    from anyswe.plan import Plan, Task
-    from anyswe.results.store import RunStore
     from anyswe.sandbox import Sandbox, SandboxProvider
 
 #: Exit reasons under which a resolved sample is masked: the agent did not choose to stop.
@@ -34,39 +38,33 @@ _FORCED_STOPS = {ExitReason.MAX_ITERATIONS, ExitReason.CONTEXT_WINDOW}
 
 
 @dataclass
-class TaskEnv:
-    """What every task of a run shares."""
+class AgentRun:
+    """What the agent phase gives: the outcome, whether the host stopped it, and its own error."""
 
-    plan: Plan
-    store: RunStore
-    providers: dict[str, SandboxProvider]
-    agents: dict[str, Agent]
-    images: ImageResolver
-    run_id: str
-    attempts: dict[str, int] = field(default_factory=dict)
-    _harnesses: dict[str, Harness] = field(default_factory=dict)
-
-    def harness(self, instance: Instance) -> Harness:
-        """The spec's harness, or (``auto``) the one this instance routes to."""
-        name = self.plan.harness_name
-        if name == "auto":
-            name = self.plan.dataset.harness_for(instance)
-        if name not in self._harnesses:
-            self._harnesses[name] = get_harness(name)
-        return self._harnesses[name]
+    outcome: AgentOutcome
+    timed_out: bool = False
+    error: str | None = None
 
 
-async def capture_patch(sandbox: Sandbox, workdir: str, base_commit: str) -> str:
-    """Everything the agent changed, new files included, as a binary git diff against the base commit.
+@dataclass
+class _Trace:
+    """Times and the failure of one task, filled in as its phases run."""
 
-    Against ``base_commit`` rather than HEAD, so an agent that commits its work is still captured.
-    """
-    r = await sandbox.exec(
-        ["bash", "-c", f"git add -A && git diff --cached --binary {base_commit}"], workdir=workdir, timeout=300
-    )
-    if r.exit_code != 0:
-        raise InfraError(f"patch capture failed (exit {r.exit_code}): {r.stderr.strip()[-500:]}")
-    return r.stdout
+    times: dict[str, float] = field(default_factory=dict)
+    error_kind: str | None = None
+    error: str | None = None
+    log_lines: list[str] = field(default_factory=list)
+
+    async def timed(self, name: str, phase: Any) -> Any:
+        start = time.monotonic()
+        try:
+            return await phase
+        finally:
+            self.times[name] = round(time.monotonic() - start, 3)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def mask_sample(*, error_kind: str | None, agent_timed_out: bool, resolved: bool, exit_reason: ExitReason) -> bool:
@@ -80,128 +78,180 @@ def mask_sample(*, error_kind: str | None, agent_timed_out: bool, resolved: bool
     )
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+# -- phases ---------------------------------------------------------------------------------------
 
 
-async def run_task(env: TaskEnv, task: Task) -> dict[str, Any]:
-    """Run ``task`` and return its results row (also writing its artefacts)."""
-    spec = env.plan.spec
-    instance = env.plan.instance(task.instance_id)
-    provider = env.providers[task.cell.provider]
-    agent = env.agents[task.cell.agent]
-    harness = env.harness(instance)
-    out_dir = env.store.task_dir(task.key)
-    times: dict[str, float] = {}
-    row: dict[str, Any] = {
-        **task.row(),
-        "spec": spec.name,
-        "run_id": env.run_id,
-        "provider_type": spec.providers[task.cell.provider].type,
-        "repo": instance.repo,
-        "attempt": env.attempts.get(task.key, 0) + 1,
-        "harness": harness.name,
-        "started_at": _now(),
-        "resolved": False,
-        "reward": 0.0,
-        "patch_exists": False,
-        "patch_applied": False,
-        "applied_by": None,
-        "agent_timed_out": False,
-        "tests_timed_out": False,
-        "exit_reason": None,
-        "error_kind": None,
-        "error": None,
-        "model_patch": "",
-    }
-    t_total = time.monotonic()
-    ctx: AgentContext | None = None
-    outcome = AgentOutcome(exit_reason=ExitReason.ERROR)
+async def capture_patch(sandbox: Sandbox[Any], workdir: str, base_commit: str) -> str:
+    """Everything the agent changed, new files included, as a binary git diff against the base commit.
+
+    Against ``base_commit`` rather than HEAD, so an agent that commits its work is still captured.
+    """
+    r = await sandbox.exec(
+        ["bash", "-c", f"git add -A && git diff --cached --binary {base_commit}"], workdir=workdir, timeout=300
+    )
+    if r.exit_code != 0:
+        raise InfraError(f"patch capture failed (exit {r.exit_code}): {r.stderr.strip()[-500:]}")
+    return r.stdout
+
+
+def _endpoint(unit: WorkUnit) -> ModelEndpoint | None:
+    if unit.model is None or unit.cell.model is None:
+        return None
+    m = unit.model
+    return ModelEndpoint(name=unit.cell.model, api=m.api, model=m.model, base_url=m.base_url, params=m.params)
+
+
+async def run_agent(agent: Agent, ctx: AgentContext, timeout: float) -> AgentRun:
+    """The agent phase: its own failures are recorded (its work is still graded); infra errors propagate."""
+    try:
+        return AgentRun(await asyncio.wait_for(agent.run(ctx), timeout))
+    except TimeoutError:
+        return AgentRun(AgentOutcome(exit_reason=ExitReason.TIMEOUT), timed_out=True)
+    except InfraError:
+        raise
+    except Exception as exc:
+        ctx.log(traceback.format_exc())
+        return AgentRun(AgentOutcome(exit_reason=ExitReason.ERROR), error=f"{type(exc).__name__}: {exc}")
+
+
+async def work(
+    unit: WorkUnit, agent: Agent, harness: Harness, sandbox: Sandbox[Any], trace: _Trace
+) -> tuple[AgentRun, str]:
+    """Agent then patch capture, in the task's sandbox."""
+    ctx = AgentContext(
+        sandbox=sandbox,
+        task=unit.instance.agent_view(),
+        workdir=harness.workdir,
+        timeout=unit.agent_timeout,
+        model=_endpoint(unit),
+        reference_patch=unit.instance.patch if agent.needs_reference else None,
+        log_lines=trace.log_lines,
+    )
+    run = await trace.timed("time_agent", run_agent(agent, ctx, unit.agent_timeout))
+    patch = run.outcome.submitted_patch
+    if patch is None:
+        patch = await trace.timed(
+            "time_patch_capture", capture_patch(sandbox, harness.workdir, unit.instance.base_commit)
+        )
+    return run, patch
+
+
+async def grade(unit: WorkUnit, provider: SandboxProvider[Any], image: str, harness: Harness, patch: str) -> Verdict:
+    """The grading phase, in a fresh sandbox: nothing the agent did outside its patch reaches the tests."""
+    if not patch.strip():
+        return empty_patch_verdict(unit.instance, harness)
+    async with provider.sandbox(SandboxRequest(image, run_id=unit.run_id, task_id=unit.key)) as grader:
+        return await grade_patch(grader, unit.instance, harness, patch, timeout=unit.grading_timeout)
+
+
+# -- the task -------------------------------------------------------------------------------------
+
+
+async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
+    """Run one unit of work; never raises for a task's own failure (it is in the result)."""
+    trace = _Trace()
+    started = _now()
+    t0 = time.monotonic()
+    image: str | None = None
+    run: AgentRun | None = None
+    patch = ""
     verdict: Verdict | None = None
     try:
-        t = time.monotonic()
-        image = await env.images.image_for(instance, task.cell.provider)
-        times["time_image"] = time.monotonic() - t
-        row["image"] = image
-
-        t = time.monotonic()
-        async with provider.sandbox(image, run_id=env.run_id, task_id=task.key) as sandbox:
-            times["time_sandbox_start"] = time.monotonic() - t
-            ctx = AgentContext(
-                sandbox=sandbox,
-                task=instance.agent_view(),
-                workdir=harness.workdir,
-                timeout=spec.timeouts.agent,
-                reference_patch=instance.patch if agent.needs_reference else None,
-            )
-            t = time.monotonic()
-            try:
-                outcome = await asyncio.wait_for(agent.run(ctx), spec.timeouts.agent)
-            except TimeoutError:
-                row["agent_timed_out"] = True
-                outcome = AgentOutcome(exit_reason=ExitReason.TIMEOUT)
-            except InfraError:
-                raise
-            except Exception as exc:  # the agent's own failure: recorded, and its work still graded
-                row["error_kind"], row["error"] = "agent", f"{type(exc).__name__}: {exc}"
-                ctx.log(traceback.format_exc())
-                outcome = AgentOutcome(exit_reason=ExitReason.ERROR)
-            times["time_agent"] = time.monotonic() - t
-
-            t = time.monotonic()
-            patch = outcome.submitted_patch
-            if patch is None:
-                patch = await capture_patch(sandbox, harness.workdir, instance.base_commit)
-            times["time_patch_capture"] = time.monotonic() - t
-        row["model_patch"] = patch
-        row["exit_reason"] = str(outcome.exit_reason)
-
-        t = time.monotonic()
-        if patch.strip():
-            # A fresh sandbox: nothing the agent did outside its patch can reach the tests.
-            async with provider.sandbox(image, run_id=env.run_id, task_id=task.key) as grader:
-                verdict = await grade_patch(grader, instance, harness, patch, timeout=spec.timeouts.grading)
-        else:
-            verdict = empty_patch_verdict(instance, harness)
-        times["time_grading"] = time.monotonic() - t
-        row.update(
-            resolved=verdict.resolved,
-            reward=1.0 if verdict.resolved else 0.0,
-            patch_exists=verdict.patch_exists,
-            patch_applied=verdict.patch_applied,
-            applied_by=verdict.applied_by,
-            tests_timed_out=verdict.tests_timed_out,
-        )
+        provider, agent, harness = worker.provider(unit), worker.agent(unit), get_harness(unit.harness)
+        image = await trace.timed("time_image", worker.images.image_for(provider, unit.image, unit.instance))
+        request = SandboxRequest(image, run_id=unit.run_id, task_id=unit.key)
+        sandbox = await trace.timed("time_sandbox_start", provider.start(request))
+        async with sandbox:
+            run, patch = await work(unit, agent, harness, sandbox, trace)
+        verdict = await trace.timed("time_grading", grade(unit, provider, image, harness, patch))
     except InfraError as exc:
-        row["error_kind"], row["error"] = "infra", f"{type(exc).__name__}: {exc}"
+        trace.error_kind, trace.error = "infra", f"{type(exc).__name__}: {exc}"
     except GradingError as exc:
-        row["error_kind"], row["error"] = "grading", f"{type(exc).__name__}: {exc}"
-    except Exception as exc:  # a bug in anyswe must not stop the other tasks; the task runs again next time
-        row["error_kind"], row["error"] = "internal", traceback.format_exc()
-        del exc
-    times["time_total"] = time.monotonic() - t_total
-    row.update({k: round(v, 3) for k, v in times.items()})
-    row.update({f"agent_{k}": v for k, v in outcome.metrics.items()})
-    row["mask_sample"] = mask_sample(
-        error_kind=row["error_kind"],
-        agent_timed_out=row["agent_timed_out"],
-        resolved=row["resolved"],
-        exit_reason=outcome.exit_reason,
+        trace.error_kind, trace.error = "grading", f"{type(exc).__name__}: {exc}"
+    except Exception:  # a bug in anyswe must not stop the other tasks; the task runs again next time
+        trace.error_kind, trace.error = "internal", traceback.format_exc()
+    trace.times["time_total"] = round(time.monotonic() - t0, 3)
+    result = classify(unit, trace, run, patch, verdict, image=image, started_at=started)
+    return TaskOutput(result, artifacts(result, trace, verdict))
+
+
+def classify(
+    unit: WorkUnit,
+    trace: _Trace,
+    run: AgentRun | None,
+    patch: str,
+    verdict: Verdict | None,
+    *,
+    image: str | None,
+    started_at: str,
+) -> TaskResult:
+    """Assemble the task's one result from what the phases returned."""
+    error_kind, error = trace.error_kind, trace.error
+    if error_kind is None and run is not None and run.error is not None:
+        error_kind, error = "agent", run.error
+    resolved = bool(verdict and verdict.resolved and trace.error_kind is None)
+    outcome = run.outcome if run is not None else AgentOutcome(exit_reason=ExitReason.ERROR)
+    usage = outcome.usage
+    timed_out = run is not None and run.timed_out
+    return TaskResult(
+        key=unit.key,
+        cell=unit.cell.id,
+        agent=unit.cell.agent,
+        model=unit.cell.model,
+        provider=unit.cell.provider,
+        provider_type=unit.provider.type,
+        instance_id=unit.instance.instance_id,
+        repo=unit.instance.repo,
+        sample=unit.sample,
+        attempt=unit.attempt,
+        spec=unit.spec_name,
+        run_id=unit.run_id,
+        harness=unit.harness,
+        image=image,
+        started_at=started_at,
+        finished_at=_now(),
+        resolved=resolved,
+        reward=1.0 if resolved else 0.0,
+        patch_exists=bool(verdict and verdict.patch_exists),
+        patch_applied=bool(verdict and verdict.patch_applied),
+        applied_by=verdict.applied_by if verdict else None,
+        tests_timed_out=bool(verdict and verdict.tests_timed_out),
+        model_patch=patch,
+        exit_reason=outcome.exit_reason if run is not None else None,
+        agent_timed_out=timed_out,
+        model_calls=usage.model_calls,
+        turns=usage.turns,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        cost_usd=usage.cost_usd,
+        trajectory_path=outcome.trajectory_path,
+        error_kind=error_kind,  # type: ignore[arg-type]
+        error=error,
+        mask_sample=mask_sample(
+            error_kind=error_kind, agent_timed_out=timed_out, resolved=resolved, exit_reason=outcome.exit_reason
+        ),
+        time_image=trace.times.get("time_image"),
+        time_sandbox_start=trace.times.get("time_sandbox_start"),
+        time_agent=trace.times.get("time_agent"),
+        time_patch_capture=trace.times.get("time_patch_capture"),
+        time_grading=trace.times.get("time_grading"),
+        time_total=trace.times.get("time_total"),
     )
-    row["finished_at"] = _now()
-    _write_artifacts(out_dir, row, ctx, verdict, instance.instance_id)
-    return row
 
 
-def _write_artifacts(
-    out_dir: Any, row: dict[str, Any], ctx: AgentContext | None, verdict: Verdict | None, iid: str
-) -> None:
-    (out_dir / "patch.diff").write_text(row.get("model_patch") or "")
-    (out_dir / "agent.log").write_text("\n".join(ctx.log_lines) + "\n" if ctx else "")
+def artifacts(result: TaskResult, trace: _Trace, verdict: Verdict | None) -> dict[str, str]:
+    """The task's files for the run directory (the driver writes them)."""
+    files = {
+        "patch.diff": result.model_patch,
+        "agent.log": "\n".join(trace.log_lines) + "\n" if trace.log_lines else "",
+    }
     if verdict is not None:
-        (out_dir / "eval.sh").write_text(verdict.eval_script)
-        (out_dir / "test_output.txt").write_text(verdict.test_output)
-        (out_dir / "apply.log").write_text(verdict.apply_log)
-        (out_dir / "report.json").write_text(json.dumps(verdict.report(iid), indent=2) + "\n")
-    if row.get("error"):
-        (out_dir / "error.txt").write_text(str(row["error"]) + "\n")
+        files["eval.sh"] = verdict.eval_script
+        files["test_output.txt"] = verdict.test_output
+        files["apply.log"] = verdict.apply_log
+        files["report.json"] = json.dumps(verdict.report(result.instance_id), indent=2) + "\n"
+    if result.error:
+        files["error.txt"] = result.error + "\n"
+    return files

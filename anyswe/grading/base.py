@@ -37,20 +37,49 @@ class Verdict:
         }
 
 
+@dataclass(frozen=True)
+class LogVerdict:
+    """What one test log says: resolved or not, and each test's status in swebench's buckets."""
+
+    resolved: bool
+    tests_status: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+
+
 class Harness(ABC):
-    """Builds the eval script for an instance and grades the log it produces."""
+    """Builds the eval script for an instance and grades the log it produces.
+
+    :meth:`prepare` runs once per (repo, version) per harness object, however many samples ask.
+    """
 
     name: ClassVar[str]
     #: Where the repo lives inside task images.
     workdir: ClassVar[str] = "/testbed"
 
-    def prepare(self, instance: Instance) -> None:  # noqa: B027 - optional hook
-        """Register whatever the grader needs to know about ``instance`` (called before grading)."""
+    def __init__(self) -> None:
+        self._prepared: set[tuple[str, str]] = set()
 
-    @abstractmethod
+    def prepare(self, instance: Instance) -> None:
+        """Register whatever the grader needs to know about ``instance``'s repo and version (cached)."""
+        key = (instance.repo, instance.version)
+        if key not in self._prepared:
+            self._prepare(instance)
+            self._prepared.add(key)
+
+    def _prepare(self, instance: Instance) -> None:  # noqa: B027 - optional hook
+        """What :meth:`prepare` does the first time for a (repo, version)."""
+
     def eval_script(self, instance: Instance) -> str:
         """A bash script that applies the test patch, runs the tests between swebench's markers."""
+        self.prepare(instance)
+        return self._eval_script(instance)
+
+    def grade_log(self, instance: Instance, test_output: str) -> LogVerdict:
+        """The verdict swebench's rules give this log."""
+        self.prepare(instance)
+        return self._grade_log(instance, test_output)
 
     @abstractmethod
-    def grade_log(self, instance: Instance, test_output: str) -> dict[str, Any]:
-        """swebench's report entry for this log: ``resolved``, ``tests_status``, ..."""
+    def _eval_script(self, instance: Instance) -> str: ...
+
+    @abstractmethod
+    def _grade_log(self, instance: Instance, test_output: str) -> LogVerdict: ...

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from anyswe.grading import swebench as sb
 from anyswe.grading.base import Harness, Verdict
@@ -16,7 +16,7 @@ PATCH_PATH = "/tmp/patch.diff"
 EVAL_PATH = "/eval.sh"
 
 
-async def apply_patch(sandbox: Sandbox, patch: str, workdir: str) -> tuple[str | None, str]:
+async def apply_patch(sandbox: Sandbox[Any], patch: str, workdir: str) -> tuple[str | None, str]:
     """Run swebench's ladder (``git apply``, ``--reject``, ``patch --fuzz=5``); the rung that worked, and a log."""
     await sandbox.write_file(PATCH_PATH, patch.encode())
     log = []
@@ -32,12 +32,11 @@ async def apply_patch(sandbox: Sandbox, patch: str, workdir: str) -> tuple[str |
 
 def empty_patch_verdict(instance: Instance, harness: Harness) -> Verdict:
     """An empty patch is unresolved without running anything (swebench: the apply fails)."""
-    harness.prepare(instance)
     return Verdict(resolved=False, patch_exists=False, patch_applied=False, eval_script=harness.eval_script(instance))
 
 
 async def grade_patch(
-    sandbox: Sandbox, instance: Instance, harness: Harness, patch: str | None, *, timeout: float
+    sandbox: Sandbox[Any], instance: Instance, harness: Harness, patch: str | None, *, timeout: float
 ) -> Verdict:
     """Grade ``patch`` for ``instance`` inside ``sandbox`` (which must be fresh, from the task image).
 
@@ -46,7 +45,6 @@ async def grade_patch(
     """
     if not patch or not patch.strip():
         return empty_patch_verdict(instance, harness)
-    harness.prepare(instance)
     script = harness.eval_script(instance)
     rung, apply_log = await apply_patch(sandbox, patch, harness.workdir)
     if rung is None:
@@ -64,13 +62,13 @@ async def grade_patch(
     output = r.stdout
     if r.timed_out:
         output += f"\n{sb.TESTS_TIMEOUT} after {timeout:g} seconds\n"
-    report = harness.grade_log(instance, output)
+    verdict = harness.grade_log(instance, output)
     return Verdict(
-        resolved=bool(report.get("resolved")),
+        resolved=verdict.resolved,
         patch_exists=True,
         patch_applied=True,
         applied_by=rung,
-        tests_status=report.get("tests_status", {}),
+        tests_status=verdict.tests_status,
         test_output=output,
         eval_script=script,
         apply_log=apply_log,

@@ -8,10 +8,10 @@ tests between the markers, reset again) without conda; its verdicts come from sw
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from anyswe.grading import swebench as sb
-from anyswe.grading.base import Harness
+from anyswe.grading.base import Harness, LogVerdict
 
 if TYPE_CHECKING:
     from anyswe.datasets.instance import Instance
@@ -29,10 +29,10 @@ def _delimiter(text: str) -> str:
 class PytestHarness(Harness):
     name: ClassVar[str] = "pytest"
 
-    def prepare(self, instance: Instance) -> None:
+    def _prepare(self, instance: Instance) -> None:
         sb.register_custom_repo(instance.repo, instance.version, test_cmd=TEST_CMD, parser="pytest")
 
-    def eval_script(self, instance: Instance) -> str:
+    def _eval_script(self, instance: Instance) -> str:
         base = instance.base_commit
         existing = sb.modified_files(instance.test_patch)
         targets = sb.patch_targets(instance.test_patch)
@@ -54,6 +54,6 @@ class PytestHarness(Harness):
         ]
         return "\n".join(lines) + "\n"
 
-    def grade_log(self, instance: Instance, test_output: str) -> dict[str, Any]:
-        self.prepare(instance)
-        return sb.eval_report(instance, test_output)
+    def _grade_log(self, instance: Instance, test_output: str) -> LogVerdict:
+        report = sb.eval_report(instance, test_output)
+        return LogVerdict(resolved=bool(report.get("resolved")), tests_status=report.get("tests_status", {}))

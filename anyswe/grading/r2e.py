@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from anyswe.errors import GradingError
-from anyswe.grading.base import Harness
+from anyswe.grading.base import Harness, LogVerdict
 
 if TYPE_CHECKING:
     from anyswe.datasets.instance import Instance
@@ -53,18 +53,14 @@ def r2e_resolved(log: str, expected_output_json: str) -> tuple[bool, dict[str, s
 class R2EHarness(Harness):
     name: ClassVar[str] = "r2e"
 
-    def eval_script(self, instance: Instance) -> str:
+    def _eval_script(self, instance: Instance) -> str:
         return "\n".join(["#!/bin/bash", "set -uxo pipefail", f"cd {self.workdir}", "bash /root/run_tests.sh"]) + "\n"
 
-    def grade_log(self, instance: Instance, test_output: str) -> dict[str, Any]:
+    def _grade_log(self, instance: Instance, test_output: str) -> LogVerdict:
         expected_json = (instance.model_extra or {}).get("expected_output_json")
         if not isinstance(expected_json, str):
             raise GradingError(f"{instance.instance_id}: R2E-Gym row has no expected_output_json")
         resolved, parsed, expected = r2e_resolved(test_output, expected_json)
         success = sorted(k for k in expected if parsed.get(k) == expected[k])
         failure = sorted(k for k in expected if parsed.get(k) != expected[k])
-        return {
-            "resolved": resolved,
-            "patch_successfully_applied": True,
-            "tests_status": {"EXPECTED": {"success": success, "failure": failure}},
-        }
+        return LogVerdict(resolved=resolved, tests_status={"EXPECTED": {"success": success, "failure": failure}})

@@ -8,7 +8,7 @@ from typing import Any
 
 from anyswe.datasets import Dataset, Instance
 from anyswe.errors import AnysweError, ResultsError
-from anyswe.grading import get_harness
+from anyswe.grading import get_harness, harness_for
 
 
 def instance_for_key(key: str, rows: dict[str, Instance]) -> str | None:
@@ -46,14 +46,8 @@ def regrade(dataset: Dataset, log_dir: Path) -> Iterator[dict[str, Any]]:
             continue
         try:
             inst = rows[iid]
-            harness = get_harness(dataset.harness_for(inst))
-            harness.prepare(inst)
-            report = harness.grade_log(inst, d.joinpath("test_output.txt").read_text(errors="replace"))
-            yield {
-                "key": key,
-                "instance_id": iid,
-                "resolved": bool(report["resolved"]),
-                "tests_status": report.get("tests_status", {}),
-            }
+            harness = get_harness(harness_for(inst, spec_harness=None, dataset_harness=dataset.harness))
+            verdict = harness.grade_log(inst, d.joinpath("test_output.txt").read_text(errors="replace"))
+            yield {"key": key, "instance_id": iid, "resolved": verdict.resolved, "tests_status": verdict.tests_status}
         except (AnysweError, OSError) as exc:
             yield {"key": key, "instance_id": iid, "error": f"{type(exc).__name__}: {exc}"}

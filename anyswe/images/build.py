@@ -2,7 +2,7 @@
 
 A docker image is tagged with the hash of its build context, so an unchanged task is never built
 twice; a SIF is named after the docker image *id* it came from, so it is rebuilt exactly when the
-image changed.
+image changed. Docker is reached through python-on-whales; ``apptainer build`` is an argv.
 """
 
 from __future__ import annotations
@@ -12,25 +12,38 @@ import fcntl
 import os
 import tempfile
 import threading
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from anyswe import _proc
 from anyswe.config import cache_dir
 from anyswe.errors import ImageBuildError, ImageNotFound
 
-_locks: dict[str, asyncio.Lock] = {}
+if TYPE_CHECKING:
+    from python_on_whales import DockerClient
+
+# In-process build locks, one set per event loop: an asyncio.Lock belongs to the loop it first
+# waited in, and `run_sync` may run successive experiments on new loops in one process (Jupyter).
+_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = weakref.WeakKeyDictionary()
 # SIF builds are CPU- and disk-bound (mksquashfs): running several at once only slows each down.
 _SIF_BUILDS = threading.BoundedSemaphore(int(os.environ.get("ANYSWE_SIF_BUILDS", "1")))
 # gzip at level 1 builds about 40% faster than the default for a SIF about 10% larger.
 _MKSQUASHFS_ARGS = os.environ.get("ANYSWE_MKSQUASHFS_ARGS", "-comp gzip -Xcompression-level 1")
 
 
+def _docker() -> DockerClient:
+    from python_on_whales import DockerClient
+
+    return DockerClient()
+
+
 @asynccontextmanager
 async def _build_lock(key: str) -> AsyncIterator[None]:
     """Serialise builds of one artefact within this process and across processes."""
-    lock = _locks.setdefault(key, asyncio.Lock())
+    lock = _locks.setdefault(asyncio.get_running_loop(), {}).setdefault(key, asyncio.Lock())
     async with lock:
         lock_path = cache_dir() / "locks" / f"{key}.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)
@@ -45,36 +58,60 @@ async def _build_lock(key: str) -> AsyncIterator[None]:
 
 async def image_id(image: str) -> str:
     """The docker image id of ``image``, or :class:`ImageNotFound`."""
-    r = await _proc.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], timeout=60)
-    if r.exit_code != 0:
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        return str((await asyncio.to_thread(_docker().image.inspect, image)).id)
+    except DockerException as exc:
         raise ImageNotFound(
-            f"docker image {image!r} not found locally", argv=r.argv, exit_code=r.exit_code, stderr=r.stderr
-        )
-    return r.stdout.decode().strip()
+            f"docker image {image!r} not found locally",
+            argv=exc.docker_command,
+            exit_code=exc.return_code,
+            stderr=exc.stderr,
+        ) from None
 
 
-async def build_docker_image(dockerfile: Path, tag: str, *, timeout: float = 1800) -> str:
+async def build_docker_image(dockerfile: Path, tag: str) -> str:
     """``docker build`` ``dockerfile`` (its directory is the context) as ``tag`` unless ``tag`` exists."""
+    from python_on_whales.exceptions import DockerException
+
+    docker = _docker()
     async with _build_lock(tag.replace("/", "_").replace(":", "_")):
-        exists = await _proc.run(["docker", "image", "inspect", tag], timeout=60)
-        if exists.exit_code == 0:
+        if await asyncio.to_thread(docker.image.exists, tag):
             return tag
-        r = await _proc.run(
-            ["docker", "build", "--pull=false", "-q", "-f", str(dockerfile), "-t", tag, str(dockerfile.parent)],
-            timeout=timeout,
-            env=os.environ | {"DOCKER_BUILDKIT": "0"},
-        )
-        if r.exit_code != 0 or r.timed_out:
-            raise ImageBuildError(
-                f"docker build of {tag} failed (exit {r.exit_code}):\n"
-                + r.stderr.decode(errors="replace")[-3000:]
-                + r.stdout.decode(errors="replace")[-3000:]
+        try:
+            # The classic builder: BuildKit is not always installed beside Debian's docker.io.
+            await asyncio.to_thread(
+                docker.legacy_build, dockerfile.parent, file=dockerfile, tags=[tag], pull=False, quiet=True
             )
+        except DockerException as exc:
+            raise ImageBuildError(
+                f"docker build of {tag} failed (exit {exc.return_code}):\n"
+                + (exc.stderr or "")[-3000:]
+                + (exc.stdout or "")[-3000:]
+            ) from None
     return tag
+
+
+async def _apptainer_build(apptainer: str, sif: Path, archive: Path, timeout: float) -> None:
+    argv = [apptainer, "build", "--force"]
+    if _MKSQUASHFS_ARGS:
+        argv.append(f"--mksquashfs-args={_MKSQUASHFS_ARGS}")
+    await asyncio.to_thread(_SIF_BUILDS.acquire)
+    try:
+        r = await _proc.run([*argv, str(sif), f"docker-archive://{archive}"], timeout=timeout)
+    finally:
+        _SIF_BUILDS.release()
+    if r.exit_code != 0 or r.timed_out:
+        raise ImageBuildError(
+            f"apptainer build from {archive} failed (exit {r.exit_code}):\n" + r.stderr.decode(errors="replace")[-3000:]
+        )
 
 
 async def ensure_sif(image: str, *, apptainer: str = "apptainer", timeout: float = 1800) -> Path:
     """A SIF built from the local docker ``image``, reused while the image id is unchanged."""
+    from python_on_whales.exceptions import DockerException
+
     digest = (await image_id(image)).split(":")[-1]
     sif_dir = cache_dir() / "sif"
     sif_dir.mkdir(parents=True, exist_ok=True)
@@ -86,22 +123,11 @@ async def ensure_sif(image: str, *, apptainer: str = "apptainer", timeout: float
             return sif
         with tempfile.TemporaryDirectory(dir=sif_dir, prefix="build-") as tmp:
             archive = Path(tmp) / "image.tar"
-            r = await _proc.run(["docker", "save", "-o", str(archive), image], timeout=timeout)
-            if r.exit_code != 0:
-                raise ImageBuildError(f"docker save {image} failed: {r.stderr.decode(errors='replace')}")
-            part = Path(tmp) / "image.sif"
-            argv = [apptainer, "build", "--force"]
-            if _MKSQUASHFS_ARGS:
-                argv.append(f"--mksquashfs-args={_MKSQUASHFS_ARGS}")
-            await asyncio.to_thread(_SIF_BUILDS.acquire)
             try:
-                r = await _proc.run([*argv, str(part), f"docker-archive://{archive}"], timeout=timeout)
-            finally:
-                _SIF_BUILDS.release()
-            if r.exit_code != 0 or r.timed_out:
-                raise ImageBuildError(
-                    f"apptainer build from {image} failed (exit {r.exit_code}):\n"
-                    + r.stderr.decode(errors="replace")[-3000:]
-                )
+                await asyncio.to_thread(_docker().image.save, image, output=archive)
+            except DockerException as exc:
+                raise ImageBuildError(f"docker save {image} failed: {exc.stderr or exc}") from None
+            part = Path(tmp) / "image.sif"
+            await _apptainer_build(apptainer, part, archive, timeout)
             os.replace(part, sif)  # atomic: a reader never sees half a SIF
     return sif

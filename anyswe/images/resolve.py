@@ -1,32 +1,53 @@
-"""Which image each (instance, provider) runs: a spec template, the dataset's own, or a local build.
+"""Which image a task runs: a docker reference (a template, or a local build), then what the provider makes of it.
 
-For apptainer, a SIF path template wins; otherwise the docker image is converted to a SIF and
-cached by its image id. Each artefact is made once per process even when many tasks ask at once.
+The driver decides where an instance's docker reference comes from (:class:`ImageSource`, part of
+the unit of work); the node that runs the task resolves it and asks its provider for the runnable
+image (docker: the reference itself; apptainer: a cached SIF, or the spec's SIF template). Each
+artefact is made once per worker even when many tasks ask at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from anyswe.config import base_image
-from anyswe.datasets import format_image
-from anyswe.images.build import build_docker_image, ensure_sif
-from anyswe.spec import ApptainerProviderSpec
+from anyswe.datasets import format_image, image_builder, image_fields
+from anyswe.errors import DatasetError
+from anyswe.images.build import build_docker_image
 
 if TYPE_CHECKING:
-    from anyswe.datasets import Instance
-    from anyswe.plan import Plan
+    from anyswe.datasets import Dataset, Instance
+    from anyswe.sandbox import ProviderConfig, SandboxProvider
+
+
+@dataclass(frozen=True)
+class ImageSource:
+    """Where an instance's docker image comes from: a reference template, or a dataset's own build."""
+
+    template: str | None = None
+    #: A dataset (by name) that builds its task images locally.
+    build_dataset: str | None = None
+
+    @classmethod
+    def choose(cls, dataset: Dataset, provider: ProviderConfig) -> ImageSource:
+        """The provider's ``image`` template wins, then the dataset's own build, then its template."""
+        if provider.image:
+            return cls(template=provider.image)
+        if dataset.builds_images:
+            return cls(build_dataset=dataset.name)
+        return cls(template=dataset.image_template)
 
 
 class ImageResolver:
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-        self._futures: dict[tuple[str, str], asyncio.Future[str]] = {}
+    """Per worker: memoised docker builds and runnable images (one build per artefact at a time)."""
 
-    async def _memo(self, key: tuple[str, str], make: Callable[[], Coroutine[Any, Any, str]]) -> str:
+    def __init__(self) -> None:
+        self._futures: dict[tuple[str, ...], asyncio.Future[str]] = {}
+
+    async def _memo(self, key: tuple[str, ...], make: Callable[[], Coroutine[Any, Any, str]]) -> str:
         fut = self._futures.get(key)
         if fut is None or (fut.done() and fut.exception() is not None):
             fut = asyncio.ensure_future(make())
@@ -34,29 +55,24 @@ class ImageResolver:
         # shield: one waiter being cancelled must not cancel the build the others wait for.
         return await asyncio.shield(fut)
 
-    async def docker_image(self, instance: Instance, provider: str) -> str:
-        spec = self.plan.spec.providers[provider]
-        if spec.image:
-            return format_image(spec.image, instance)
-        ds = self.plan.dataset
-        build = ds.build_context
-        if build is not None:
-            # Memoised per instance: the build context is written once, then built once.
-            return await self._memo(("docker", instance.instance_id), lambda: self._build(build, instance))
-        return ds.docker_image(instance)
+    async def docker_image(self, source: ImageSource, instance: Instance) -> str:
+        if source.template is not None:
+            return format_image(source.template, instance)
+        if source.build_dataset is not None:
+            build = image_builder(source.build_dataset)
 
-    async def _build(self, build: Callable[[str, str], tuple[Path, str]], instance: Instance) -> str:
-        dockerfile, tag = build(instance.instance_id, base_image())
-        return await build_docker_image(dockerfile, tag)
+            async def make() -> str:
+                dockerfile, tag = build(instance.instance_id, base_image())
+                return await build_docker_image(dockerfile, tag)
 
-    async def image_for(self, instance: Instance, provider: str) -> str:
-        spec = self.plan.spec.providers[provider]
-        if isinstance(spec, ApptainerProviderSpec):
-            if spec.sif:
-                return format_image(spec.sif, instance)
-            docker = await self.docker_image(instance, provider)
-            return await self._memo(("sif", docker), lambda: self._sif(docker, spec.binary))
-        return await self.docker_image(instance, provider)
+            return await self._memo(("docker", source.build_dataset, instance.instance_id), make)
+        raise DatasetError(f"no image for {instance.instance_id}: set the provider's `image` template")
 
-    async def _sif(self, docker: str, binary: str) -> str:
-        return str(await ensure_sif(docker, apptainer=binary))
+    async def image_for(self, provider: SandboxProvider[Any], source: ImageSource, instance: Instance) -> str:
+        """What ``provider`` runs for ``instance``."""
+
+        async def docker() -> str:
+            return await self.docker_image(source, instance)
+
+        key = (provider.name, repr(provider.config.model_dump(mode="json")), repr(source), instance.instance_id)
+        return await self._memo(key, lambda: provider.runnable_image(docker, image_fields(instance)))

@@ -1,5 +1,6 @@
-"""Results: the run directory store and the tables built from it."""
+"""Results: the TaskResult contract, the run directory, tables, comparisons, exports and the report."""
 
-from anyswe.results.store import RunStore, aggregate, latest_attempts, read_rows
+from anyswe.results.schema import SCHEMA_VERSION, TaskResult
+from anyswe.results.store import RunStore, aggregate, latest_attempts, read_results, read_rows
 
-__all__ = ["RunStore", "aggregate", "latest_attempts", "read_rows"]
+__all__ = ["SCHEMA_VERSION", "RunStore", "TaskResult", "aggregate", "latest_attempts", "read_results", "read_rows"]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from anyswe.errors import ResultsError
 from anyswe.results.stats import mcnemar_exact, paired_bootstrap
+from anyswe.sandbox import provider_rank
 
 if TYPE_CHECKING:
     import polars as pl
@@ -106,11 +107,12 @@ def compare_by(tasks: pl.DataFrame, by: str = "provider", *, seed: int = 0) -> l
     fixed = [k for k in ("agent", "model", "provider") if k != by]
     out = []
     for _, group in tasks.group_by(fixed, maintain_order=True):
-        # docker first: "docker vs apptainer" reads as the reference against the other backend.
+        # Providers in registration order (docker first): "docker vs apptainer" reads as the
+        # reference against the other backend.
         kinds = (
             dict(zip(group[by].to_list(), group["provider_type"].to_list(), strict=True)) if by == "provider" else {}
         )
-        values = sorted(set(group[by].to_list()), key=lambda v: (kinds.get(v) != "docker", v is None, str(v)))
+        values = sorted(set(group[by].to_list()), key=lambda v: (provider_rank(kinds.get(v)), v is None, str(v)))
         for va, vb in combinations(values, 2):
             ga = group.filter(pl.col(by).eq_missing(va))
             gb = group.filter(pl.col(by).eq_missing(vb))

@@ -1,6 +1,6 @@
 """The run directory: resolved spec, plan, append-only results.jsonl, per-task artefacts, aggregates.
 
-results.jsonl holds one flat JSON object per finished task attempt, appended with flush and fsync,
+results.jsonl holds one :class:`TaskResult` per finished task attempt, appended with flush and fsync,
 so a crash loses at most the attempt being written. A torn last line (a crash mid-write) is cut off
 when the store opens for writing. A task counts as done when it has an attempt that did not end in
 an infrastructure error; re-applying runs only tasks that are not done, so no result is lost and
@@ -20,36 +20,42 @@ from pathlib import Path
 from typing import IO, Any
 
 from anyswe.errors import ResultsError
+from anyswe.results.schema import RETRYABLE, TaskResult, parse_row
 
 RESULTS = "results.jsonl"
-#: error kinds after which a task is run again on the next apply (the task itself never failed).
-RETRYABLE = frozenset({"infra", "internal"})
+
+__all__ = ["RESULTS", "RETRYABLE", "RunStore", "aggregate", "latest_attempts", "read_results", "read_rows"]
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """Every complete row of a results.jsonl (a torn last line is ignored)."""
+def read_results(path: Path) -> list[TaskResult]:
+    """Every complete row of a results.jsonl, validated (a torn last line is ignored)."""
     if not path.is_file():
         return []
-    rows = []
-    data = path.read_bytes()
-    lines = data.split(b"\n")
+    out = []
+    lines = path.read_bytes().split(b"\n")
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+            row = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
             if n == len(lines):  # torn final line: the process died mid-write
                 break
             raise ResultsError(f"{path}:{n}: corrupt line in results") from None
-    return rows
+        out.append(parse_row(row, f"{path}:{n}"))
+    return out
 
 
-def latest_attempts(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per task key: its last attempt."""
-    latest: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        latest[row["key"]] = row
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """:func:`read_results` as plain dicts (JSON types)."""
+    return [r.model_dump(mode="json") for r in read_results(path)]
+
+
+def latest_attempts(results: Iterable[TaskResult]) -> list[TaskResult]:
+    """One result per task key: its last attempt."""
+    latest: dict[str, TaskResult] = {}
+    for r in results:
+        latest[r.key] = r
     return list(latest.values())
 
 
@@ -95,23 +101,23 @@ class RunStore:
 
     # -- rows -------------------------------------------------------------------------------------
 
-    def rows(self) -> list[dict[str, Any]]:
-        return read_rows(self.results_path)
+    def results(self) -> list[TaskResult]:
+        return read_results(self.results_path)
 
     def done_keys(self) -> set[str]:
-        return {r["key"] for r in self.rows() if r.get("error_kind") not in RETRYABLE}
+        return {r.key for r in self.results() if not r.retryable}
 
     def attempts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for r in self.rows():
-            counts[r["key"]] = counts.get(r["key"], 0) + 1
+        for r in self.results():
+            counts[r.key] = counts.get(r.key, 0) + 1
         return counts
 
-    def append(self, row: dict[str, Any]) -> None:
-        """Append one row durably: written, flushed and fsynced before returning."""
+    def append(self, result: TaskResult) -> None:
+        """Append one result durably: written, flushed and fsynced before returning."""
         if self._out is None:
             raise ResultsError("the run store is not open")
-        line = json.dumps(row, sort_keys=True, default=str).encode() + b"\n"
+        line = result.to_json_line()
         with self._write_lock:
             self._out.write(line)
             self._out.flush()
@@ -130,8 +136,8 @@ class RunStore:
     def write_aggregates(self) -> dict[str, dict[str, float]]:
         """``cells/<cell>/aggregate_metrics.json`` for every cell with results."""
         by_cell: dict[str, list[dict[str, Any]]] = {}
-        for row in latest_attempts(self.rows()):
-            by_cell.setdefault(row["cell"], []).append(row)
+        for r in latest_attempts(self.results()):
+            by_cell.setdefault(r.cell, []).append(r.model_dump())
         out = {}
         for cell, rows in by_cell.items():
             metrics = aggregate(rows)
@@ -144,7 +150,12 @@ class RunStore:
 
 def _numeric(rows: list[dict[str, Any]]) -> Iterator[tuple[str, list[float]]]:
     names = sorted(
-        {k for r in rows for k, v in r.items() if isinstance(v, (int, float)) and k not in ("sample", "attempt")}
+        {
+            k
+            for r in rows
+            for k, v in r.items()
+            if isinstance(v, (int, float)) and k not in ("sample", "attempt", "schema_version")
+        }
     )
     for name in names:
         values = [float(r[name]) for r in rows if isinstance(r.get(name), (int, float)) and r.get(name) is not None]

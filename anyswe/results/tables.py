@@ -10,27 +10,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anyswe.errors import ResultsError
+from anyswe.results.schema import TIME_FIELDS, results_frame
 from anyswe.results.stats import wilson
-from anyswe.results.store import RESULTS, latest_attempts, read_rows
+from anyswe.results.store import RESULTS, latest_attempts, read_results
 
 if TYPE_CHECKING:
     import polars as pl
 
-TIME_COLUMNS = ["time_image", "time_sandbox_start", "time_agent", "time_patch_capture", "time_grading", "time_total"]
+TIME_COLUMNS = list(TIME_FIELDS)
+#: Summed per cell: what the agents' model calls cost.
+USAGE_COLUMNS = ["model_calls", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd"]
 CELL_KEYS = ["cell", "agent", "model", "provider"]
 
 
 def task_frame(run_dir: str | Path) -> pl.DataFrame:
-    """One row per task (its latest attempt)."""
-    import polars as pl
-
+    """One row per task (its latest attempt), typed by :class:`~anyswe.results.schema.TaskResult`."""
     path = Path(run_dir) / RESULTS
     if not path.is_file():
         raise ResultsError(f"no {RESULTS} in {run_dir} (is it a run directory?)")
-    rows = latest_attempts(read_rows(path))
-    if not rows:
+    results = latest_attempts(read_results(path))
+    if not results:
         raise ResultsError(f"{path} has no results yet")
-    return pl.DataFrame(rows, infer_schema_length=None).sort(["cell", "instance_id", "sample"])
+    return results_frame(results).sort(["cell", "instance_id", "sample"])
 
 
 def _summary(tasks: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -41,7 +42,7 @@ def _summary(tasks: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     for c in TIME_COLUMNS:
         if c in tasks.columns:
             times += [pl.col(c).mean().alias(f"mean_{c}"), pl.col(c).median().alias(f"median_{c}")]
-    tokens = [pl.col(c).sum().alias(c) for c in tasks.columns if c.startswith("agent_") and "token" in c]
+    usage = [pl.col(c).sum().alias(c) for c in USAGE_COLUMNS if c in tasks.columns]
     table = (
         tasks.group_by(by, maintain_order=True)
         .agg(
@@ -52,7 +53,7 @@ def _summary(tasks: pl.DataFrame, by: list[str]) -> pl.DataFrame:
             pl.col("patch_exists").mean().alias("patch_rate"),
             (pl.col("patch_exists") & ~pl.col("patch_applied")).sum().alias("apply_failures"),
             *times,
-            *tokens,
+            *usage,
         )
         .sort(by)
     )
@@ -69,7 +70,7 @@ def _summary(tasks: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 
 def cell_table(tasks: pl.DataFrame) -> pl.DataFrame:
     """Per cell: tasks, resolved, resolve rate with a 95% Wilson interval, masked, patch rate,
-    apply failures, mean and median of each phase time, token totals."""
+    apply failures, mean and median of each phase time, model calls, tokens and cost."""
     return _summary(tasks, CELL_KEYS)
 
 

@@ -23,19 +23,24 @@ import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from pydantic import Field
 
 from anyswe import _proc
-from anyswe.errors import ImageNotFound, RuntimeNotAvailable, SandboxStartError
+from anyswe.errors import DatasetError, ImageNotFound, RuntimeNotAvailable, SandboxStartError
 from anyswe.sandbox.base import (
-    NAME_PREFIX,
+    DockerRef,
+    NetworkPolicy,
     ProviderConfig,
     Sandbox,
     SandboxProvider,
     SandboxRequest,
+    check_env,
+    neutral,
 )
+from anyswe.sandbox.labels import NAME_PREFIX
+from anyswe.sandbox.slots import Slot
 
 
 def default_state_dir() -> Path:
@@ -45,21 +50,24 @@ def default_state_dir() -> Path:
 class ApptainerConfig(ProviderConfig):
     """Settings of the apptainer provider (``providers.<name>`` with ``type: apptainer``)."""
 
-    type: Literal["apptainer"] = "apptainer"
-    binary: str = Field(default="apptainer", description="The apptainer (or singularity) executable.")
+    type: str = "apptainer"
+    binary: str = neutral(default="apptainer", description="The apptainer (or singularity) executable.")
     overlay_size_mb: int = Field(default=4096, ge=64, description="Writable overlay per sandbox (sparse).")
-    network: Literal["host", "none"] = Field(default="host", description="'none' isolates the network.")
-    state_dir: Path = Field(default_factory=default_state_dir, description="Overlays and work dirs.")
-    extra_options: list[str] = Field(default_factory=list, description="Extra `instance start` options.")
+    network: NetworkPolicy = Field(default="host", description="Default network: host, or none (isolated).")
+    state_dir: Path = neutral(default_factory=default_state_dir, description="Overlays and work dirs.")
+    extra_options: list[str] = neutral(default_factory=list, description="Extra `instance start` options.")
+    sif: str | None = neutral(
+        default=None, description="SIF path template; default: converted from the docker image and cached."
+    )
+
+    def names_own_images(self) -> bool:
+        return self.sif is not None or super().names_own_images()
 
 
-class ApptainerSandbox(Sandbox):
-    provider_name = "apptainer"
-
+class ApptainerSandbox(Sandbox["ApptainerProvider"]):
     def _exec_argv(
         self, argv: list[str], *, env_file: Path | None, workdir: str | None, user: str | None, stdin: bool
     ) -> list[str]:
-        assert isinstance(self.provider, ApptainerProvider)
         # --cleanenv again on exec: without it the host environment is passed into the command.
         cmd = [self.provider.config.binary, "exec", "--cleanenv"]
         if env_file is not None:
@@ -82,7 +90,7 @@ class ApptainerSandbox(Sandbox):
         # token is expanded), so values are not carried verbatim. Instead the env travels as a
         # 0600 file through stdin into the sandbox, is sourced by POSIX sh (exact single-quote
         # semantics) and deleted before the command starts.
-        self._check_env(env)
+        check_env(env)
         path = f"/tmp/.anyswe-env-{uuid.uuid4().hex}"
         body = "".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items())
         await self.write_file(path, body.encode(), mode=0o600)
@@ -94,16 +102,16 @@ class ApptainerSandbox(Sandbox):
         return result.exit_code == 255 and "FATAL:" in err
 
     async def _teardown(self) -> None:
-        assert isinstance(self.provider, ApptainerProvider)
         await self.provider.remove(self.name)
 
 
-class ApptainerProvider(SandboxProvider):
+class ApptainerProvider(SandboxProvider[ApptainerConfig]):
     """Starts apptainer instances from SIF files (or any apptainer image URI)."""
 
     name = "apptainer"
+    config_class = ApptainerConfig
+    networks: ClassVar[tuple[NetworkPolicy, ...]] = ("host", "none")
     sandbox_class: ClassVar[type[ApptainerSandbox]] = ApptainerSandbox
-    config: ApptainerConfig
 
     def __init__(self, config: ApptainerConfig | None = None) -> None:
         super().__init__(config or ApptainerConfig())
@@ -114,71 +122,63 @@ class ApptainerProvider(SandboxProvider):
     async def check(self) -> None:
         r = await _proc.run([self.config.binary, "--version"], timeout=60)
         if r.exit_code != 0 or r.timed_out:
-            raise RuntimeNotAvailable(
-                "apptainer does not answer (run scripts/provision.sh apptainer)",
-                argv=r.argv,
-                exit_code=r.exit_code,
-                stdout=r.stdout,
-                stderr=r.stderr,
-            )
+            raise RuntimeNotAvailable.from_proc("apptainer does not answer (run scripts/provision.sh apptainer)", r)
 
     async def image_exists(self, image: str) -> bool:
         if "://" in image:
             return True  # a URI (docker-daemon://, oras://...): apptainer resolves it at start
         return Path(image).is_file()
 
+    async def runnable_image(self, docker_image: DockerRef, fields: Mapping[str, str]) -> str:
+        """The SIF for ``docker_image``: the config's ``sif`` template, or a cached conversion."""
+        if self.config.sif:
+            try:
+                return self.config.sif.format(**fields)
+            except (KeyError, IndexError) as exc:
+                raise DatasetError(f"sif template {self.config.sif!r} has an unknown field {exc}") from None
+        from anyswe.images.build import ensure_sif
+
+        return str(await ensure_sif(await docker_image(), apptainer=self.config.binary))
+
+    def default_network(self) -> NetworkPolicy:
+        return self.config.network
+
+    def host_address(self, network: NetworkPolicy) -> str | None:
+        # Without --net the instance shares the host's network namespace, loopback included.
+        return None if network == "none" else "127.0.0.1"
+
     async def _run_checked(self, argv: list[str], what: str, timeout: float | None = None) -> None:
         r = await _proc.run(argv, timeout=timeout)
         if r.exit_code != 0 or r.timed_out:
-            raise SandboxStartError(
-                f"apptainer: {what}" + (" timed out" if r.timed_out else " failed"),
-                argv=r.argv,
-                exit_code=r.exit_code,
-                stdout=r.stdout,
-                stderr=r.stderr,
-            )
+            raise SandboxStartError.from_proc(f"apptainer: {what} failed", r)
 
-    async def _start(self, request: SandboxRequest) -> Sandbox:
+    def _start_argv(self, request: SandboxRequest, network: NetworkPolicy, state: Path) -> list[str]:
+        cfg = self.config
+        argv = [cfg.binary, "instance", "start", "--contain", "--cleanenv"]
+        argv += ["--overlay", str(state / "overlay.img"), "--workdir", str(state / "work")]
+        for m in request.mounts:
+            argv += ["--bind", f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"]
+        if network == "none":
+            argv += ["--net", "--network", "none"]
+        return [*argv, *cfg.extra_options, request.image, request.name]
+
+    async def _start(self, request: SandboxRequest, network: NetworkPolicy, slot: Slot) -> ApptainerSandbox:
         if not await self.image_exists(request.image):
-            raise ImageNotFound(f"SIF image {request.image!r} does not exist (build it with `anyswe images build`)")
+            raise ImageNotFound(f"SIF image {request.image!r} does not exist")
         cfg = self.config
         state = self._state(request.name)
         try:
             (state / "work").mkdir(parents=True, exist_ok=True)
             os.chmod(state, 0o700)
             (state / "labels.json").write_text(json.dumps(request.labels() | {"image": request.image}))
-            overlay = state / "overlay.img"
-            await self._run_checked(
-                [
-                    cfg.binary,
-                    "overlay",
-                    "create",
-                    "--sparse",
-                    "--size",
-                    str(cfg.overlay_size_mb),
-                    str(overlay),
-                ],
-                "creating the overlay",
-            )
-            argv = [
-                cfg.binary,
-                "instance",
-                "start",
-                "--contain",
-                "--cleanenv",
-                "--overlay",
-                str(overlay),
-                "--workdir",
-                str(state / "work"),
-            ]
-            if cfg.network == "none":
-                argv += ["--net", "--network", "none"]
-            argv += [*cfg.extra_options, request.image, request.name]
+            overlay = ["overlay", "create", "--sparse", "--size", str(cfg.overlay_size_mb), str(state / "overlay.img")]
+            await self._run_checked([cfg.binary, *overlay], "creating the overlay")
+            argv = self._start_argv(request, network, state)
             await self._run_checked(argv, f"starting instance {request.name} from {request.image}")
         except BaseException:
             await asyncio.shield(self.remove(request.name))
             raise
-        return self.sandbox_class(request, self)
+        return self.sandbox_class(request, self, slot, network=network)
 
     async def remove(self, name: str) -> None:
         """Stop the instance (if any) and delete its state dir; idempotent."""

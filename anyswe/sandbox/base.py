@@ -1,9 +1,10 @@
 """The sandbox interface shared by every provider.
 
-A provider starts sandboxes from an image; a sandbox runs commands, moves files and stops. Both
-providers implement the same small surface so that an experiment's verdicts cannot depend on which
-runtime ran it. Provider-specific work is the start/stop and the argv of one exec; everything else
-(timeouts, env files, file transfer as tar streams, concurrency slots, teardown) lives here once.
+A provider starts sandboxes from a :class:`SandboxRequest`; a sandbox runs commands, moves files
+and stops. Both providers implement the same small surface so that an experiment's verdicts cannot
+depend on which runtime ran it. Provider-specific work is the start/stop, the argv of one exec and
+turning a docker reference into what the runtime runs; everything else (timeouts, env transport,
+file transfer as tar streams, concurrency slots, teardown) lives here once.
 """
 
 from __future__ import annotations
@@ -11,63 +12,48 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import io
 import os
-import socket
-import tarfile
 import tempfile
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from anyswe import _proc
 from anyswe.errors import SandboxError, SandboxExecError
+from anyswe.sandbox import files
+from anyswe.sandbox.labels import (
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    LABEL_RUN,
+    LABEL_SESSION,
+    LABEL_TASK,
+    NAME_PREFIX,
+    current_owner,
+    current_session,
+)
+from anyswe.sandbox.slots import Slot, Slots
 
-#: Every container and instance anyswe starts is named with this prefix; ``anyswe gc`` relies on it.
-NAME_PREFIX = "anyswe-"
-LABEL_MANAGED = "anyswe.managed"
-LABEL_RUN = "anyswe.run_id"
-LABEL_TASK = "anyswe.task_id"
-#: Groups every sandbox one process tree starts (``ANYSWE_SESSION``), so a test session can check its
-#: own leaks while another session shares the runtime.
-LABEL_SESSION = "anyswe.session"
+#: ``none``: loopback only; ``bridge``: the runtime's private network (docker); ``host``: the host's own.
+NetworkPolicy = Literal["none", "bridge", "host"]
 
-
-#: ``<host>:<pid>`` of the process that started the sandbox: gc leaves alone what a live process owns.
-LABEL_OWNER = "anyswe.owner"
-
-
-def current_session() -> str:
-    return os.environ.get("ANYSWE_SESSION", "")
-
-
-def current_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def owner_alive(owner: str | None) -> bool:
-    """Whether the process named by an owner label still runs on this host."""
-    if not owner or ":" not in owner:
-        return False
-    host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
+#: Gives the docker reference of a task's image (building it first if need be).
+DockerRef = Callable[[], Awaitable[str]]
 
 # Grace given to an in-sandbox `timeout` before the host kills the runtime client as a backstop.
 _BACKSTOP_SECONDS = 15.0
+
+
+def neutral(**kwargs: Any) -> Any:
+    """A config field that cannot change a task's result (where or how many, not what).
+
+    Declared on the field itself, so the task key leaves it out; every other field is part of it.
+    """
+    return Field(**kwargs, json_schema_extra={"result_neutral": True})
 
 
 @dataclass(frozen=True)
@@ -86,23 +72,66 @@ class ExecResult:
 
 
 class ProviderConfig(BaseModel):
-    """Settings common to every provider."""
+    """Settings common to every provider (the ``providers.<name>`` block of a spec).
+
+    ``type`` names the provider: a registered short name or a dotted path ``module:Class``.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    concurrency: int = Field(default=4, ge=1, description="Sandboxes of this provider alive at once.")
-    startup_timeout: float = Field(default=300.0, gt=0, description="Seconds allowed to start one sandbox.")
+    type: str = Field(description="Provider type: a registered name or module:Class.")
+    concurrency: int = neutral(default=4, ge=1, description="Sandboxes of this provider alive at once.")
+    startup_timeout: float = neutral(
+        default=300.0, gt=0, description="Seconds to start one sandbox; unset in a spec: its timeouts.sandbox_start."
+    )
+    image: str | None = Field(
+        default=None,
+        description="Docker image template ({instance_id}, {instance_id_docker}, {repo}, {version}); "
+        "default: the dataset's own (built locally for the demo).",
+    )
+
+    def names_own_images(self) -> bool:
+        """Whether this config says which image every instance runs, whatever the dataset."""
+        return self.image is not None
+
+    def key_payload(self) -> dict[str, Any]:
+        """The fields that can change a result (everything not declared :func:`neutral`)."""
+        data = self.model_dump(mode="json")
+        return {
+            k: v
+            for k, v in data.items()
+            if not (type(self).model_fields[k].json_schema_extra or {}).get("result_neutral")  # type: ignore[union-attr]
+        }
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path bound into the sandbox (read-only unless said otherwise)."""
+
+    source: str
+    target: str
+    read_only: bool = True
+
+    def __post_init__(self) -> None:
+        if not PurePosixPath(self.target).is_absolute():
+            raise ValueError(f"mount target must be an absolute path: {self.target!r}")
+        if not Path(self.source).exists():
+            raise FileNotFoundError(f"mount source does not exist: {self.source}")
 
 
 @dataclass
 class SandboxRequest:
-    """What to start: the image and the labels that tie the sandbox to a run and task."""
+    """What to start: the image, what to bind in, the env every command gets, the network, labels."""
 
     image: str
     run_id: str = ""
     task_id: str = ""
+    mounts: tuple[Mount, ...] = ()
+    #: Added to the environment of every command run in the sandbox (never on a command line).
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: None: the provider's configured network.
+    network: NetworkPolicy | None = None
     name: str = field(default_factory=lambda: f"{NAME_PREFIX}{uuid.uuid4().hex[:16]}")
-
     session: str = field(default_factory=current_session)
     owner: str = field(default_factory=current_owner)
 
@@ -126,14 +155,25 @@ def shell_argv(cmd: str | Sequence[str]) -> list[str]:
     return argv
 
 
-class Sandbox(ABC):
+def check_env(env: Mapping[str, str]) -> None:
+    for key, value in env.items():
+        if not key or "=" in key or not key.replace("_", "a").isalnum():
+            raise ValueError(f"invalid environment variable name: {key!r}")
+        if "\n" in value or "\0" in value:
+            raise ValueError(f"environment variable {key} has a newline or NUL in its value")
+
+
+P = TypeVar("P", bound="SandboxProvider[Any]")
+
+
+class Sandbox(ABC, Generic[P]):
     """One running container: exec, files in and out, stop. Use it as an async context manager."""
 
-    provider_name: ClassVar[str]
-
-    def __init__(self, request: SandboxRequest, provider: SandboxProvider) -> None:
+    def __init__(self, request: SandboxRequest, provider: P, slot: Slot, *, network: NetworkPolicy) -> None:
         self.request = request
         self.provider = provider
+        self.network = network
+        self._slot = slot
         self._stopped = False
         self._scratch = Path(tempfile.mkdtemp(prefix="anyswe-sbx-"))
         os.chmod(self._scratch, 0o700)
@@ -145,6 +185,11 @@ class Sandbox(ABC):
     @property
     def image(self) -> str:
         return self.request.image
+
+    @property
+    def host_address(self) -> str | None:
+        """The address at which this sandbox reaches a service listening on the host, or None (no network)."""
+        return self.provider.host_address(self.network)
 
     # -- provider-specific ------------------------------------------------------------------------
 
@@ -166,27 +211,48 @@ class Sandbox(ABC):
         """
         return self._write_env_file(env), []
 
+    def _is_runtime_failure(self, result: _proc.ProcResult) -> bool:
+        """True when the runtime, not the command, failed (e.g. the container is gone)."""
+        return False
+
     @abstractmethod
     async def _teardown(self) -> None:
         """Remove the container/instance and its storage; must be idempotent."""
 
-    # -- shared -----------------------------------------------------------------------------------
-
-    @staticmethod
-    def _check_env(env: Mapping[str, str]) -> None:
-        for key, value in env.items():
-            if not key or "=" in key or not key.replace("_", "a").isalnum():
-                raise ValueError(f"invalid environment variable name: {key!r}")
-            if "\n" in value or "\0" in value:
-                raise ValueError(f"environment variable {key} has a newline or NUL in its value")
+    # -- exec -------------------------------------------------------------------------------------
 
     def _write_env_file(self, env: Mapping[str, str]) -> Path:
         # Secrets travel in a 0600 file that only root can read, never on a command line.
-        self._check_env(env)
+        check_env(env)
         fd, path = tempfile.mkstemp(prefix="env-", dir=self._scratch)
         with os.fdopen(fd, "w") as fh:
             fh.write("".join(f"{k}={v}\n" for k, v in env.items()))
         return Path(path)
+
+    async def _host_argv(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float | None,
+        env: Mapping[str, str] | None,
+        workdir: str | None,
+        user: str | None,
+        stdin: bool,
+    ) -> tuple[list[str], Path | None]:
+        """The host argv for one exec, and the env file to delete after it."""
+        if self._stopped:
+            raise SandboxExecError(f"sandbox {self.name} is stopped")
+        argv = shell_argv(cmd)
+        if user:
+            argv = self._as_user(argv, user)
+        env = {**self.request.env, **(env or {})}
+        env_file, prefix = await self._env_transport(env) if env else (None, [])
+        argv = [*prefix, *argv]
+        if timeout is not None:
+            # The in-sandbox `timeout` kills the command's process group inside the container, which
+            # the host cannot reach for docker; the host-side backstop covers a hung runtime client.
+            argv = ["timeout", "-k", "5", f"{timeout:g}", *argv]
+        return self._exec_argv(argv, env_file=env_file, workdir=workdir, user=user, stdin=stdin), env_file
 
     async def exec_bytes(
         self,
@@ -197,26 +263,15 @@ class Sandbox(ABC):
         workdir: str | None = None,
         user: str | None = None,
         stdin: bytes | None = None,
+        on_output: _proc.OnOutput | None = None,
     ) -> _proc.ProcResult:
         """Like :meth:`exec` with raw bytes output (for binary transfer)."""
-        if self._stopped:
-            raise SandboxExecError(f"sandbox {self.name} is stopped")
-        argv = shell_argv(cmd)
-        if user:
-            argv = self._as_user(argv, user)
-        env_file, prefix = await self._env_transport(env) if env else (None, [])
-        argv = [*prefix, *argv]
-        if timeout is not None:
-            # The in-sandbox `timeout` kills the command's process group inside the container, which
-            # the host cannot reach for docker; the host-side backstop covers a hung runtime client.
-            argv = ["timeout", "-k", "5", f"{timeout:g}", *argv]
+        host_argv, env_file = await self._host_argv(
+            cmd, timeout=timeout, env=env, workdir=workdir, user=user, stdin=stdin is not None
+        )
         try:
-            host_argv = self._exec_argv(argv, env_file=env_file, workdir=workdir, user=user, stdin=stdin is not None)
-            result = await _proc.run(
-                host_argv,
-                stdin=stdin,
-                timeout=None if timeout is None else timeout + _BACKSTOP_SECONDS,
-            )
+            backstop = None if timeout is None else timeout + _BACKSTOP_SECONDS
+            result = await _proc.run_streaming(host_argv, on_output=on_output, stdin=stdin, timeout=backstop)
         finally:
             if env_file is not None:
                 env_file.unlink(missing_ok=True)
@@ -224,18 +279,10 @@ class Sandbox(ABC):
             timeout is not None and result.exit_code in (124, 137) and result.duration >= timeout
         )
         if not timed_out and self._is_runtime_failure(result):
-            raise SandboxExecError(
-                f"{self.provider_name} could not run a command in sandbox {self.name}",
-                argv=result.argv,
-                exit_code=result.exit_code,
-                stdout=result.stdout,
-                stderr=result.stderr,
+            raise SandboxExecError.from_proc(
+                f"{self.provider.name} could not run a command in sandbox {self.name}", result
             )
         return dataclasses.replace(result, timed_out=timed_out)
-
-    def _is_runtime_failure(self, result: _proc.ProcResult) -> bool:
-        """True when the runtime, not the command, failed (e.g. the container is gone)."""
-        return False
 
     async def exec(
         self,
@@ -253,40 +300,55 @@ class Sandbox(ABC):
         failed. ``timed_out`` is set when ``timeout`` seconds passed and the command was killed.
         """
         r = await self.exec_bytes(cmd, timeout=timeout, env=env, workdir=workdir, user=user, stdin=stdin)
-        return ExecResult(
-            exit_code=r.exit_code,
-            stdout=r.stdout.decode("utf-8", errors="replace"),
-            stderr=r.stderr.decode("utf-8", errors="replace"),
-            duration=r.duration,
-            timed_out=r.timed_out,
-        )
+        return _decoded(r)
+
+    async def exec_stream(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        log_path: str | os.PathLike[str] | None = None,
+        on_output: Callable[[str, str], None] | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        """:meth:`exec` for long runs: output goes to ``log_path`` and ``on_output(stream, text)`` as it comes.
+
+        The log file gets both streams as they arrive (flushed per chunk, so a crash keeps what came).
+        """
+        log = open(log_path, "ab") if log_path is not None else None  # noqa: SIM115 - closed below
+        decoders = {s: _incremental_decoder() for s in ("stdout", "stderr")}
+
+        def deliver(stream: str, chunk: bytes) -> None:
+            if log is not None:
+                log.write(chunk)
+                log.flush()
+            if on_output is not None:
+                on_output(stream, decoders[stream].decode(chunk))
+
+        try:
+            r = await self.exec_bytes(cmd, timeout=timeout, env=env, workdir=workdir, user=user, on_output=deliver)
+        finally:
+            if log is not None:
+                log.close()
+        return _decoded(r)
+
+    # -- files ------------------------------------------------------------------------------------
 
     async def _checked(self, cmd: Sequence[str], *, stdin: bytes | None = None, what: str) -> bytes:
         r = await self.exec_bytes(cmd, stdin=stdin)
         if r.exit_code != 0:
-            raise SandboxError(
-                f"{what} failed in sandbox {self.name}",
-                argv=list(cmd),
-                exit_code=r.exit_code,
-                stdout=r.stdout,
-                stderr=r.stderr,
+            raise SandboxError.from_proc(
+                f"{what} failed in sandbox {self.name}", dataclasses.replace(r, argv=list(cmd))
             )
         return r.stdout
 
     async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
         """Write ``data`` to ``path`` in the sandbox (parents created)."""
         p = PurePosixPath(path)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            info = tarfile.TarInfo(p.name)
-            info.size = len(data)
-            info.mode = mode
-            tar.addfile(info, io.BytesIO(data))
-        await self._checked(
-            ["sh", "-c", 'mkdir -p "$1" && tar -x -C "$1" -f -', "sh", str(p.parent)],
-            stdin=buf.getvalue(),
-            what=f"writing {path}",
-        )
+        tar = files.tar_of_file(p.name, data, mode)
+        await self._checked(files.untar_argv(p.parent), stdin=tar, what=f"writing {path}")
 
     async def read_file(self, path: str) -> bytes:
         """The bytes of ``path`` in the sandbox."""
@@ -294,34 +356,19 @@ class Sandbox(ABC):
 
     async def copy_in(self, src: str | os.PathLike[str], dest: str) -> None:
         """Copy a host file or directory to ``dest`` in the sandbox (binary-safe, modes kept)."""
-        src_path = Path(src)
-        if not src_path.exists():
-            raise FileNotFoundError(src_path)
         dest_path = PurePosixPath(dest)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(src_path, arcname=dest_path.name)
+        tar = files.tar_of_path(Path(src), dest_path.name)
         await self._checked(
-            ["sh", "-c", 'mkdir -p "$1" && tar -x --no-same-owner -C "$1" -f -', "sh", str(dest_path.parent)],
-            stdin=buf.getvalue(),
-            what=f"copying {src_path} to {dest}",
+            files.untar_argv(dest_path.parent, keep_owner=False), stdin=tar, what=f"copying {src} to {dest}"
         )
 
     async def copy_out(self, src: str, dest: str | os.PathLike[str]) -> None:
         """Copy a file or directory ``src`` from the sandbox to the host path ``dest``."""
         p = PurePosixPath(src)
         data = await self._checked(["tar", "-c", "-C", str(p.parent), "-f", "-", p.name], what=f"copying {src} out")
-        dest_path = Path(dest)
-        dest_path.parent.mkdir(parents=True, exist_ok=True)
-        with (
-            tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar,
-            tempfile.TemporaryDirectory(dir=dest_path.parent) as tmp,
-        ):
-            tar.extractall(tmp, filter="data")
-            extracted = Path(tmp) / p.name
-            if dest_path.is_dir() and not extracted.is_dir():
-                dest_path = dest_path / p.name
-            os.replace(extracted, dest_path)
+        files.extract_tar(data, p.name, Path(dest))
+
+    # -- lifecycle --------------------------------------------------------------------------------
 
     async def stop(self) -> None:
         """Remove the sandbox and everything it stored. Idempotent; safe after a failed start."""
@@ -335,9 +382,9 @@ class Sandbox(ABC):
                 for f in self._scratch.iterdir():
                     f.unlink()
                 self._scratch.rmdir()
-            self.provider._release()
+            self._slot.release()
 
-    async def __aenter__(self) -> Sandbox:
+    async def __aenter__(self) -> Sandbox[P]:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -345,31 +392,42 @@ class Sandbox(ABC):
         await asyncio.shield(self.stop())
 
 
-class SandboxProvider(ABC):
-    """Starts sandboxes of one runtime, at most ``config.concurrency`` alive at once."""
+def _incremental_decoder() -> Any:
+    import codecs
+
+    return codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+
+def _decoded(r: _proc.ProcResult) -> ExecResult:
+    return ExecResult(
+        exit_code=r.exit_code,
+        stdout=r.stdout.decode("utf-8", errors="replace"),
+        stderr=r.stderr.decode("utf-8", errors="replace"),
+        duration=r.duration,
+        timed_out=r.timed_out,
+    )
+
+
+C = TypeVar("C", bound=ProviderConfig)
+
+
+class SandboxProvider(ABC, Generic[C]):
+    """Starts sandboxes of one runtime, at most ``config.concurrency`` alive at once.
+
+    Subclasses name their config class (``config_class``), which validates the spec's
+    ``providers.<name>`` block, and the networks they can give (``networks``; the first is the default).
+    """
 
     name: ClassVar[str]
-    config: ProviderConfig
+    config_class: ClassVar[type[ProviderConfig]]
+    networks: ClassVar[tuple[NetworkPolicy, ...]]
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: C) -> None:
         self.config = config
-        self._slots: asyncio.Semaphore | None = None
-        self._slots_loop: asyncio.AbstractEventLoop | None = None
-
-    def _semaphore(self) -> asyncio.Semaphore:
-        # A semaphore belongs to one event loop; `run_sync` may run successive runs on new loops.
-        loop = asyncio.get_running_loop()
-        if self._slots is None or self._slots_loop is not loop:
-            self._slots = asyncio.Semaphore(self.config.concurrency)
-            self._slots_loop = loop
-        return self._slots
-
-    def _release(self) -> None:
-        if self._slots is not None:
-            self._slots.release()
+        self.slots = Slots(config.concurrency)
 
     @abstractmethod
-    async def _start(self, request: SandboxRequest) -> Sandbox:
+    async def _start(self, request: SandboxRequest, network: NetworkPolicy, slot: Slot) -> Sandbox[Any]:
         """Start the sandbox; on any failure remove what was half-started, then raise."""
 
     @abstractmethod
@@ -381,12 +439,28 @@ class SandboxProvider(ABC):
         """Whether ``image`` is available locally."""
 
     @abstractmethod
+    async def runnable_image(self, docker_image: DockerRef, fields: Mapping[str, str]) -> str:
+        """What this provider runs for a docker image (docker: the reference; apptainer: a SIF).
+
+        ``docker_image()`` gives the docker reference (building it if need be: called only when
+        needed); ``fields`` fill the provider's own image templates ({instance_id}, ...), if any.
+        """
+
+    @abstractmethod
+    def host_address(self, network: NetworkPolicy) -> str | None:
+        """The address at which a sandbox on ``network`` reaches a host service (None: unreachable)."""
+
+    @abstractmethod
     async def remove(self, name: str) -> None:
         """Remove the sandbox called ``name`` and its storage, whether or not it runs; idempotent."""
 
     @abstractmethod
     async def sandboxes(self) -> dict[str, dict[str, str] | None]:
         """Every anyswe sandbox of this runtime on this host: name -> its labels (None if unknown)."""
+
+    @abstractmethod
+    def default_network(self) -> NetworkPolicy:
+        """The network a request that names none gets (from the provider's config)."""
 
     async def leftovers(self, session: str | None = None) -> list[str]:
         """Names of every anyswe sandbox on this host (of one ``session`` if given)."""
@@ -395,20 +469,34 @@ class SandboxProvider(ABC):
             return sorted(found)
         return sorted(n for n, labels in found.items() if labels is not None and labels.get(LABEL_SESSION) == session)
 
-    async def start(self, image: str, *, run_id: str = "", task_id: str = "") -> Sandbox:
-        """Start a sandbox from ``image``, waiting for a free concurrency slot first."""
-        request = SandboxRequest(image=image, run_id=run_id, task_id=task_id)
-        await self._semaphore().acquire()
+    def _network(self, request: SandboxRequest) -> NetworkPolicy:
+        network = request.network or self.default_network()
+        if network not in self.networks:
+            raise SandboxError(
+                f"{self.name} sandboxes cannot have network {network!r} (supported: {', '.join(self.networks)})"
+            )
+        return network
+
+    async def start(self, request: SandboxRequest | str, *, run_id: str = "", task_id: str = "") -> Sandbox[Any]:
+        """Start a sandbox (from a request, or an image name), waiting for a free concurrency slot first."""
+        if isinstance(request, str):
+            request = SandboxRequest(image=request, run_id=run_id, task_id=task_id)
+        check_env(request.env)
+        network = self._network(request)
+        slot = await self.slots.take()
         try:
-            return await asyncio.wait_for(self._start(request), self.config.startup_timeout)
+            timeout = self.config.startup_timeout
+            return await asyncio.wait_for(self._start(request, network, slot), timeout)
         except BaseException:
-            self._release()
+            slot.release()
             raise
 
     @contextlib.asynccontextmanager
-    async def sandbox(self, image: str, *, run_id: str = "", task_id: str = "") -> AsyncIterator[Sandbox]:
+    async def sandbox(
+        self, request: SandboxRequest | str, *, run_id: str = "", task_id: str = ""
+    ) -> AsyncIterator[Sandbox[Any]]:
         """``async with provider.sandbox(image) as sb:`` -- stopped on every path, cancellation included."""
-        sb = await self.start(image, run_id=run_id, task_id=task_id)
+        sb = await self.start(request, run_id=run_id, task_id=task_id)
         try:
             yield sb
         finally:

@@ -9,20 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
 from anyswe import _proc
 from anyswe.errors import ImageNotFound, RuntimeNotAvailable, SandboxStartError
 from anyswe.sandbox.base import (
-    LABEL_MANAGED,
+    DockerRef,
+    NetworkPolicy,
     ProviderConfig,
     Sandbox,
     SandboxProvider,
     SandboxRequest,
 )
+from anyswe.sandbox.labels import LABEL_MANAGED
+from anyswe.sandbox.slots import Slot
 
 if TYPE_CHECKING:
     from python_on_whales import DockerClient
@@ -31,10 +37,10 @@ if TYPE_CHECKING:
 class DockerConfig(ProviderConfig):
     """Settings of the docker provider (the ``providers.<name>`` block of a spec with ``type: docker``)."""
 
-    type: Literal["docker"] = "docker"
+    type: str = "docker"
     cpus: float | None = Field(default=None, gt=0, description="CPU limit per sandbox (docker --cpus).")
     memory: str | None = Field(default=None, description="Memory limit per sandbox, e.g. '4g'.")
-    network: str = Field(default="bridge", description="Network mode: bridge, none, host or a network.")
+    network: NetworkPolicy = Field(default="bridge", description="Default network: bridge, none or host.")
     pids_limit: int | None = Field(default=None, gt=0)
 
 
@@ -44,13 +50,10 @@ def _client() -> DockerClient:
     return DockerClient()
 
 
-class DockerSandbox(Sandbox):
-    provider_name = "docker"
-
+class DockerSandbox(Sandbox["DockerProvider"]):
     def _exec_argv(
         self, argv: list[str], *, env_file: Path | None, workdir: str | None, user: str | None, stdin: bool
     ) -> list[str]:
-        assert isinstance(self.provider, DockerProvider)
         cmd = [*self.provider.docker_cmd, "exec"]
         if stdin:
             cmd.append("--interactive")
@@ -71,16 +74,16 @@ class DockerSandbox(Sandbox):
         )
 
     async def _teardown(self) -> None:
-        assert isinstance(self.provider, DockerProvider)
         await self.provider.remove(self.name)
 
 
-class DockerProvider(SandboxProvider):
+class DockerProvider(SandboxProvider[DockerConfig]):
     """Starts one container per sandbox: ``--init``, pre-assigned name, anyswe labels, limits."""
 
     name = "docker"
+    config_class = DockerConfig
+    networks: ClassVar[tuple[NetworkPolicy, ...]] = ("bridge", "none", "host")
     sandbox_class: ClassVar[type[DockerSandbox]] = DockerSandbox
-    config: DockerConfig
 
     def __init__(self, config: DockerConfig | None = None) -> None:
         super().__init__(config or DockerConfig())
@@ -93,16 +96,31 @@ class DockerProvider(SandboxProvider):
     async def check(self) -> None:
         r = await _proc.run([*self.docker_cmd, "version", "--format", "{{.Server.Version}}"], timeout=30)
         if r.exit_code != 0 or r.timed_out:
-            raise RuntimeNotAvailable(
-                "docker does not answer (run scripts/provision.sh docker)",
-                argv=r.argv,
-                exit_code=r.exit_code,
-                stdout=r.stdout,
-                stderr=r.stderr,
-            )
+            raise RuntimeNotAvailable.from_proc("docker does not answer (run scripts/provision.sh docker)", r)
 
     async def image_exists(self, image: str) -> bool:
         return await asyncio.to_thread(self._docker.image.exists, image)
+
+    async def runnable_image(self, docker_image: DockerRef, fields: Mapping[str, str]) -> str:
+        return await docker_image()
+
+    def default_network(self) -> NetworkPolicy:
+        return self.config.network
+
+    @cached_property
+    def _bridge_gateway(self) -> str:
+        """The host's address on docker's default bridge (what ``host-gateway`` resolves to)."""
+        ipam = self._docker.network.inspect("bridge").ipam.config or [{}]
+        cfg = ipam[0]
+        if cfg.get("Gateway"):
+            return str(cfg["Gateway"])
+        # Older engines leave Gateway out: the bridge takes the subnet's first address.
+        return str(next(ipaddress.ip_network(cfg.get("Subnet", "172.17.0.0/16")).hosts()))
+
+    def host_address(self, network: NetworkPolicy) -> str | None:
+        if network == "none":
+            return None
+        return "127.0.0.1" if network == "host" else self._bridge_gateway
 
     async def remove(self, name: str) -> None:
         from python_on_whales.exceptions import NoSuchContainer
@@ -110,31 +128,38 @@ class DockerProvider(SandboxProvider):
         with contextlib.suppress(NoSuchContainer):
             await asyncio.to_thread(self._docker.container.remove, name, force=True, volumes=True)
 
-    async def _start(self, request: SandboxRequest) -> Sandbox:
+    def _run_options(self, request: SandboxRequest, network: NetworkPolicy) -> dict[str, Any]:
+        cfg = self.config
+        mounts = [
+            ["type=bind", f"source={m.source}", f"target={m.target}", *(["readonly"] if m.read_only else [])]
+            for m in request.mounts
+        ]
+        return {
+            "detach": True,
+            "name": request.name,
+            "labels": request.labels(),
+            "init": True,
+            "pull": "never",
+            "cpus": cfg.cpus,
+            "memory": cfg.memory,
+            "networks": [network],
+            "pids_limit": cfg.pids_limit,
+            "mounts": mounts,
+        }
+
+    async def _start(self, request: SandboxRequest, network: NetworkPolicy, slot: Slot) -> DockerSandbox:
         from python_on_whales.exceptions import DockerException
 
         if not await self.image_exists(request.image):
             raise ImageNotFound(
                 f"docker image {request.image!r} is not available locally; anyswe never pulls "
-                "implicitly (build it with `anyswe images build` or `docker pull` it yourself)"
+                "implicitly (`docker pull` it, or build it, first)"
             )
-        cfg = self.config
         try:
+            # `sleep infinity` as the entrypoint keeps the container up whatever the image's CMD.
+            options = self._run_options(request, network)
             container = await asyncio.to_thread(
-                self._docker.run,
-                request.image,
-                # `sleep infinity` as the entrypoint keeps the container up whatever the image's CMD.
-                ["infinity"],
-                entrypoint="sleep",
-                detach=True,
-                name=request.name,
-                labels=request.labels(),
-                init=True,
-                pull="never",
-                cpus=cfg.cpus,
-                memory=cfg.memory,
-                networks=[cfg.network],
-                pids_limit=cfg.pids_limit,
+                lambda: self._docker.run(request.image, ["infinity"], entrypoint="sleep", **options)
             )
             if not getattr(container, "id", None):
                 raise SandboxStartError(f"`docker run -d` returned no container id for {request.name}")
@@ -155,7 +180,7 @@ class DockerProvider(SandboxProvider):
             # A half-started container is found by its pre-assigned name and removed.
             await asyncio.shield(self.remove(request.name))
             raise
-        return self.sandbox_class(request, self)
+        return self.sandbox_class(request, self, slot, network=network)
 
     async def sandboxes(self) -> dict[str, dict[str, str] | None]:
         """Every anyswe container on this host, running or not, with its labels."""

@@ -9,6 +9,7 @@ import pytest
 
 from anyswe.datasets import filter_instances, load_dataset
 from anyswe.errors import DatasetError
+from anyswe.grading import harness_for
 
 ROW = {
     "instance_id": "me__x-1",
@@ -32,7 +33,7 @@ def test_rows_load_and_json_string_lists_parse(tmp_path: Path) -> None:
     ds = load_dataset(path=write(tmp_path, [ROW]))
     (inst,) = ds.instances
     assert inst.FAIL_TO_PASS == ["a"] and inst.version == "1.0" and ds.harness == "auto"
-    assert ds.harness_for(inst) == "pytest"
+    assert harness_for(inst, spec_harness=None, dataset_harness=ds.harness) == "pytest"
 
 
 @pytest.mark.parametrize(

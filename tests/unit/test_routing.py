@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from anyswe.datasets import Instance, harness_for_instance, route
+from anyswe.datasets import Instance, route
 from anyswe.datasets.registry import SWEBENCH_IMAGE, split_name
 from anyswe.errors import DatasetError
-from anyswe.grading import get_harness, harness_names
+from anyswe.grading import get_harness, harness_for, harness_names, route_instance
 from anyswe.grading.r2e import r2e_resolved
 
 
@@ -59,10 +59,15 @@ def test_swebench_image_names() -> None:
 
 def test_routing_by_instance() -> None:
     base = {"base_commit": "x", "test_patch": "", "FAIL_TO_PASS": []}
-    assert harness_for_instance(Instance(instance_id="a", repo="django/django", **base)) == "swebench"
-    assert harness_for_instance(Instance(instance_id="b", repo="me/mine", **base)) == "pytest"
+    assert route_instance(Instance(instance_id="a", repo="django/django", **base)) == "swebench"
+    mine = Instance(instance_id="b", repo="me/mine", **base)
+    assert route_instance(mine) == "pytest"
     r2e = Instance(instance_id="c", repo="sympy", expected_output_json="{}", **base)
-    assert harness_for_instance(r2e) == "r2e"
+    assert route_instance(r2e) == "r2e"
+    # One place decides: the spec's choice, else the dataset's; only `auto` routes per instance.
+    assert harness_for(r2e, spec_harness=None, dataset_harness="auto") == "r2e"
+    assert harness_for(r2e, spec_harness="pytest", dataset_harness="auto") == "pytest"
+    assert harness_for(mine, spec_harness=None, dataset_harness="swebench") == "swebench"
 
 
 LOG = """\
@@ -92,5 +97,5 @@ def test_r2e_native_grading() -> None:
         FAIL_TO_PASS=[],
         expected_output_json=json.dumps(expected),
     )
-    report = get_harness("r2e").grade_log(row, LOG)
-    assert report["resolved"] is True and report["tests_status"]["EXPECTED"]["failure"] == []
+    verdict = get_harness("r2e").grade_log(row, LOG)
+    assert verdict.resolved is True and verdict.tests_status["EXPECTED"]["failure"] == []

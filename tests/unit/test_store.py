@@ -11,20 +11,25 @@ import pytest
 from anyswe.agents import ExitReason
 from anyswe.errors import ResultsError
 from anyswe.execute.task import mask_sample
-from anyswe.results.store import RunStore, aggregate, read_rows
+from anyswe.results.schema import SCHEMA_VERSION, TaskResult, polars_schema, results_frame
+from anyswe.results.store import RunStore, aggregate, read_results, read_rows
 
 
 def row(key: str, **kw: object) -> dict[str, object]:
-    return {"key": key, "cell": "c", "resolved": False, "reward": 0.0, "mask_sample": False, "error_kind": None, **kw}
+    return {"key": key, "cell": "c", "agent": "a", "provider": "p", "instance_id": key, **kw}
+
+
+def result(key: str, **kw: object) -> TaskResult:
+    return TaskResult.model_validate(row(key, **kw))
 
 
 def test_append_resume_and_retry_bookkeeping(tmp_path: Path) -> None:
     with RunStore(tmp_path) as store:
-        store.append(row("a", resolved=True, reward=1.0))
-        store.append(row("b", error_kind="infra", mask_sample=True))
-        store.append(row("c", error_kind="agent"))
+        store.append(result("a", resolved=True, reward=1.0))
+        store.append(result("b", error_kind="infra", mask_sample=True))
+        store.append(result("c", error_kind="agent"))
         assert store.done_keys() == {"a", "c"}  # infra failures run again
-        store.append(row("b"))
+        store.append(result("b"))
         assert store.done_keys() == {"a", "b", "c"}
         assert store.attempts() == {"a": 1, "b": 2, "c": 1}
     assert [r["key"] for r in read_rows(tmp_path / "results.jsonl")] == ["a", "b", "c", "b"]
@@ -35,13 +40,14 @@ def test_torn_last_line_is_cut_on_open(tmp_path: Path) -> None:
     path.write_text(json.dumps(row("a")) + "\n" + '{"key": "b", "cell"')
     assert [r["key"] for r in read_rows(path)] == ["a"]
     with RunStore(tmp_path) as store:
-        store.append(row("c"))
+        store.append(result("c"))
     assert [r["key"] for r in read_rows(path)] == ["a", "c"]
     assert path.read_text().count("\n") == 2
 
 
 def test_corrupt_middle_line_is_an_error(tmp_path: Path) -> None:
-    (tmp_path / "results.jsonl").write_text('{"key": "a"}\nnot json\n{"key": "b"}\n')
+    good = json.dumps(row("a"))
+    (tmp_path / "results.jsonl").write_text(f"{good}\nnot json\n{good}\n")
     with pytest.raises(ResultsError, match=r"results\.jsonl:2"):
         read_rows(tmp_path / "results.jsonl")
 
@@ -91,3 +97,52 @@ def test_aggregate_matches_statistics() -> None:
 )
 def test_masking_rules(kw: dict[str, object], masked: bool) -> None:
     assert mask_sample(**kw) is masked  # type: ignore[arg-type]
+
+
+def test_rows_are_task_results_and_old_rows_migrate(tmp_path: Path) -> None:
+    """A row written before TaskResult (no schema_version, free-form agent_* numbers) still loads."""
+    v1 = row("old", resolved=True, reward=1.0, exit_reason="submitted", agent_steps=3.0, time_total=1.5)
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(v1) + "\n" + result("new").model_dump_json() + "\n")
+    old, new = read_results(path)
+    assert (old.schema_version, old.resolved, old.exit_reason, old.time_total) == (SCHEMA_VERSION, True, "submitted", 1.5)
+    assert new.key == "new" and new.model_calls == 0 and new.cost_usd is None
+    # Every written line is a valid TaskResult with the current schema version.
+    with RunStore(tmp_path) as store:
+        store.append(result("x", input_tokens=10, cost_usd=0.5))
+    last = json.loads(path.read_text().splitlines()[-1])
+    assert last["schema_version"] == SCHEMA_VERSION and TaskResult.model_validate(last).input_tokens == 10
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ({**row("a"), "schema_version": 99}, "schema_version 99 is not one this anyswe reads"),
+        ({**row("a"), "resolved": "maybe"}, "field 'resolved'"),
+        ({k: v for k, v in row("a").items() if k != "cell"}, "field 'cell': Field required"),
+        ({**row("a"), "schema_version": 2, "surprise": 1}, "field 'surprise'"),
+    ],
+)
+def test_bad_rows_name_file_line_and_field(tmp_path: Path, line: dict[str, object], message: str) -> None:
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(row("ok")) + "\n" + json.dumps(line) + "\n")
+    with pytest.raises(ResultsError, match=r"results\.jsonl:2: ") as info:
+        read_results(path)
+    assert message in str(info.value)
+
+
+def test_polars_schema_comes_from_the_model() -> None:
+    import polars as pl
+
+    schema = polars_schema()
+    assert list(schema) == list(TaskResult.model_fields)
+    assert (schema["resolved"], schema["input_tokens"], schema["cost_usd"], schema["model"]) == (
+        pl.Boolean,
+        pl.Int64,
+        pl.Float64,
+        pl.Utf8,
+    )
+    # All-null columns keep their types (polars would guess Null from the data alone).
+    frame = results_frame([result("a"), result("b")])
+    assert frame.schema["cost_usd"] == pl.Float64 and frame.schema["exit_reason"] == pl.Utf8
+    assert frame.height == 2 and results_frame([]).width == len(schema)

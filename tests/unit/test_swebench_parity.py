@@ -107,16 +107,16 @@ def test_fail_only_grading_on_multimodal_rows() -> None:
     for inst in rows:
         # FAIL_ONLY: a test that is not reported failed counts as passing, so an empty run resolves...
         clean = harness.grade_log(inst, _log("all done"))
-        assert clean["resolved"] is True, inst.instance_id
-        assert clean["tests_status"]["FAIL_TO_PASS"]["success"] == inst.FAIL_TO_PASS
+        assert clean.resolved is True, inst.instance_id
+        assert clean.tests_status["FAIL_TO_PASS"]["success"] == inst.FAIL_TO_PASS
         # ...and one failing FAIL_TO_PASS test does not.
         target = inst.FAIL_TO_PASS[0]
         failed = harness.grade_log(inst, _log(_failure_line(inst.repo, target)))
-        assert failed["resolved"] is False, inst.instance_id
-        assert target in failed["tests_status"]["FAIL_TO_PASS"]["failure"], inst.instance_id
+        assert failed.resolved is False, inst.instance_id
+        assert target in failed.tests_status["FAIL_TO_PASS"]["failure"], inst.instance_id
     # The same empty log under pass-and-fail rules (a Verified repo) is not a resolve.
     verified_row = load_dataset(path=SWEBENCH / "verified.jsonl").instances[0]
-    assert harness.grade_log(verified_row, _log("all done"))["resolved"] is False
+    assert harness.grade_log(verified_row, _log("all done")).resolved is False
 
 
 def test_instance_id_from_key(verified: Dataset) -> None:

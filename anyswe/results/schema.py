@@ -1,0 +1,146 @@
+"""The contract of ``results.jsonl``: one :class:`TaskResult` per finished task attempt.
+
+Every writer builds a TaskResult and every reader validates one, so a row's fields are spelled
+once, here; the polars schema of the task tables is derived from the same model. Rows written
+before the model existed (schema 1: no ``schema_version``) are migrated on read; a row from a
+newer anyswe, or one that does not validate, is an error naming the file, line and field.
+"""
+
+from __future__ import annotations
+
+import types
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from anyswe.agents.base import ExitReason
+from anyswe.errors import ResultsError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+SCHEMA_VERSION = 2
+
+ErrorKind = Literal["infra", "agent", "grading", "internal"]
+#: Error kinds after which a task runs again on the next apply: the task itself never failed.
+RETRYABLE: frozenset[str] = frozenset({"infra", "internal"})
+
+#: Phase timings in seconds, in pipeline order.
+TIME_FIELDS = ("time_image", "time_sandbox_start", "time_agent", "time_patch_capture", "time_grading", "time_total")
+
+
+class TaskResult(BaseModel):
+    """One finished attempt of one task: identity, verdict, agent report, error, timings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[2] = 2
+    # -- identity: which task, which attempt --------------------------------------------------------
+    key: str
+    cell: str
+    agent: str
+    model: str | None = None
+    provider: str
+    provider_type: str = ""
+    instance_id: str
+    repo: str = ""
+    sample: int = 0
+    attempt: int = 1
+    spec: str = ""
+    run_id: str = ""
+    harness: str = ""
+    image: str | None = Field(default=None, description="What the provider ran: docker reference or SIF path.")
+    started_at: str = ""
+    finished_at: str = ""
+    # -- verdict ------------------------------------------------------------------------------------
+    resolved: bool = False
+    reward: float = 0.0
+    patch_exists: bool = False
+    patch_applied: bool = False
+    applied_by: str | None = None
+    tests_timed_out: bool = False
+    model_patch: str = ""
+    # -- what the agent reported ----------------------------------------------------------------------
+    exit_reason: ExitReason | None = None
+    agent_timed_out: bool = False
+    model_calls: int = 0
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+    trajectory_path: str | None = None
+    # -- errors and masking ---------------------------------------------------------------------------
+    error_kind: ErrorKind | None = None
+    error: str | None = None
+    mask_sample: bool = False
+    # -- timings (seconds) ----------------------------------------------------------------------------
+    time_image: float | None = None
+    time_sandbox_start: float | None = None
+    time_agent: float | None = None
+    time_patch_capture: float | None = None
+    time_grading: float | None = None
+    time_total: float | None = None
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the next apply runs this task again (an infrastructure or internal error)."""
+        return self.error_kind in RETRYABLE
+
+    def to_json_line(self) -> bytes:
+        return self.model_dump_json().encode() + b"\n"
+
+
+def _migrate_v1(row: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 (untyped dicts): the same names, plus free-form ``agent_<metric>`` numbers, now typed fields."""
+    out = {k: v for k, v in row.items() if not k.startswith("agent_") or k == "agent_timed_out"}
+    out["schema_version"] = SCHEMA_VERSION
+    return out
+
+
+def parse_row(row: Any, where: str) -> TaskResult:
+    """Validate (and migrate) one decoded results line; ``where`` is ``file:line`` for errors."""
+    if not isinstance(row, dict):
+        raise ResultsError(f"{where}: a results row must be a JSON object")
+    version = row.get("schema_version", 1)
+    if version == 1:
+        row = _migrate_v1(row)
+    elif version != SCHEMA_VERSION:
+        raise ResultsError(
+            f"{where}: results schema_version {version!r} is not one this anyswe reads "
+            f"(1 or {SCHEMA_VERSION}); it was written by another anyswe version"
+        )
+    try:
+        return TaskResult.model_validate(row)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(x) for x in first["loc"]) or "(row)"
+        raise ResultsError(f"{where}: field {field!r}: {first['msg']}") from None
+
+
+def _polars_type(annotation: Any) -> Any:
+    import polars as pl
+
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        (inner,) = [a for a in get_args(annotation) if a is not type(None)]
+        return _polars_type(inner)
+    if origin is Literal:
+        return _polars_type(type(get_args(annotation)[0]))
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return pl.Utf8
+    return {bool: pl.Boolean, int: pl.Int64, float: pl.Float64, str: pl.Utf8}[annotation]
+
+
+def polars_schema() -> dict[str, pl.DataType]:
+    """Column name -> polars dtype, from :class:`TaskResult`'s fields (polars never guesses)."""
+    return {name: _polars_type(f.annotation) for name, f in TaskResult.model_fields.items()}
+
+
+def results_frame(results: list[TaskResult]) -> pl.DataFrame:
+    """A polars frame of results with the schema above (an empty list gives an empty frame)."""
+    import polars as pl
+
+    return pl.DataFrame([r.model_dump(mode="json") for r in results], schema=polars_schema())

@@ -1,0 +1,53 @@
+"""File transfer into and out of a sandbox as tar streams over exec stdin/stdout.
+
+One mechanism for every runtime: binary-safe, modes kept, no runtime-specific copy command.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import tempfile
+from pathlib import Path, PurePosixPath
+
+
+def tar_of_file(name: str, data: bytes, mode: int) -> bytes:
+    """A tar stream holding one regular file ``name``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        info.mode = mode
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def tar_of_path(src: Path, arcname: str) -> bytes:
+    """A tar stream of a host file or directory, stored as ``arcname``."""
+    if not src.exists():
+        raise FileNotFoundError(src)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(src, arcname=arcname)
+    return buf.getvalue()
+
+
+def extract_tar(data: bytes, member: str, dest: Path) -> None:
+    """Extract the tar stream's ``member`` (file or directory) to ``dest``, atomically.
+
+    ``dest`` an existing directory and ``member`` a file: the file lands inside it.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar, tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        tar.extractall(tmp, filter="data")
+        extracted = Path(tmp) / member
+        if dest.is_dir() and not extracted.is_dir():
+            dest = dest / member
+        os.replace(extracted, dest)
+
+
+def untar_argv(dest_dir: PurePosixPath, *, keep_owner: bool = True) -> list[str]:
+    """The in-sandbox argv that unpacks a tar stream from stdin into ``dest_dir`` (created)."""
+    flags = "" if keep_owner else " --no-same-owner"
+    return ["sh", "-c", f'mkdir -p "$1" && tar -x{flags} -C "$1" -f -', "sh", str(dest_dir)]
