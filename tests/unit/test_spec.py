@@ -50,9 +50,9 @@ def test_good_spec_and_defaults(tmp_path: Path) -> None:
         (GOOD.replace("{type: gold}", "{type: gold, extra: 1}"), ":6:22: agents.gold.extra: unknown key"),
         (GOOD.replace("{type: gold}", "{type: golden}"), ":6:10: agents.gold.type: unknown agent type 'golden'"),
         (
-                GOOD.replace("type: docker", "type: podman"),
-                ":12:5: providers.docker.type: unknown sandbox provider 'podman'",
-            ),
+            GOOD.replace("type: docker", "type: podman"),
+            ":12:5: providers.docker.type: unknown sandbox provider 'podman'",
+        ),
         (GOOD + "samples: -1\n", ":14:1: samples: Input should be greater than or equal to 1"),
         (GOOD + "matrix:\n  agents: [nope]\n", "matrix.agents names 'nope', which is not declared"),
         (GOOD.replace("name: t\n", ""), ":1:1: name: Field required"),
