@@ -11,6 +11,7 @@ bug in anyswe is ``"internal"``. Nothing here writes files: the artefacts travel
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import traceback
@@ -23,7 +24,7 @@ from anyswe.errors import GradingError, InfraError
 from anyswe.execute.unit import TaskOutput
 from anyswe.grading import get_harness
 from anyswe.grading.ladder import empty_patch_verdict, grade_patch
-from anyswe.results.schema import TaskResult
+from anyswe.results.schema import TIME_FIELDS, TaskResult
 from anyswe.sandbox import SandboxRequest
 
 if TYPE_CHECKING:
@@ -191,54 +192,43 @@ def classify(
         error_kind, error = "agent", run.error
     resolved = bool(verdict and verdict.resolved and trace.error_kind is None)
     outcome = run.outcome if run is not None else AgentOutcome(exit_reason=ExitReason.ERROR)
-    usage = outcome.usage
     timed_out = run is not None and run.timed_out
-    return TaskResult(
-        key=unit.key,
-        cell=unit.cell.id,
-        agent=unit.cell.agent,
-        model=unit.cell.model,
-        provider=unit.cell.provider,
-        provider_type=unit.provider.type,
-        instance_id=unit.instance.instance_id,
-        repo=unit.instance.repo,
-        sample=unit.sample,
-        attempt=unit.attempt,
-        spec=unit.spec_name,
-        run_id=unit.run_id,
-        harness=unit.harness,
-        image=image,
-        started_at=started_at,
-        finished_at=_now(),
-        resolved=resolved,
-        reward=1.0 if resolved else 0.0,
-        patch_exists=bool(verdict and verdict.patch_exists),
-        patch_applied=bool(verdict and verdict.patch_applied),
-        applied_by=verdict.applied_by if verdict else None,
-        tests_timed_out=bool(verdict and verdict.tests_timed_out),
-        model_patch=patch,
-        exit_reason=outcome.exit_reason if run is not None else None,
-        agent_timed_out=timed_out,
-        model_calls=usage.model_calls,
-        turns=usage.turns,
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.cache_read_tokens,
-        cache_write_tokens=usage.cache_write_tokens,
-        cost_usd=usage.cost_usd,
-        trajectory_path=outcome.trajectory_path,
-        error_kind=error_kind,  # type: ignore[arg-type]
-        error=error,
-        mask_sample=mask_sample(
+    fields: dict[str, Any] = {
+        "key": unit.key,
+        "cell": unit.cell.id,
+        "agent": unit.cell.agent,
+        "model": unit.cell.model,
+        "provider": unit.cell.provider,
+        "provider_type": unit.provider.type,
+        "instance_id": unit.instance.instance_id,
+        "repo": unit.instance.repo,
+        "sample": unit.sample,
+        "attempt": unit.attempt,
+        "spec": unit.spec_name,
+        "run_id": unit.run_id,
+        "harness": unit.harness,
+        "image": image,
+        "started_at": started_at,
+        "finished_at": _now(),
+        "resolved": resolved,
+        "reward": 1.0 if resolved else 0.0,
+        "patch_exists": bool(verdict and verdict.patch_exists),
+        "patch_applied": bool(verdict and verdict.patch_applied),
+        "applied_by": verdict.applied_by if verdict else None,
+        "tests_timed_out": bool(verdict and verdict.tests_timed_out),
+        "model_patch": patch,
+        "exit_reason": outcome.exit_reason if run is not None else None,
+        "agent_timed_out": timed_out,
+        **dataclasses.asdict(outcome.usage),
+        "trajectory_path": outcome.trajectory_path,
+        "error_kind": error_kind,
+        "error": error,
+        "mask_sample": mask_sample(
             error_kind=error_kind, agent_timed_out=timed_out, resolved=resolved, exit_reason=outcome.exit_reason
         ),
-        time_image=trace.times.get("time_image"),
-        time_sandbox_start=trace.times.get("time_sandbox_start"),
-        time_agent=trace.times.get("time_agent"),
-        time_patch_capture=trace.times.get("time_patch_capture"),
-        time_grading=trace.times.get("time_grading"),
-        time_total=trace.times.get("time_total"),
-    )
+        **{name: trace.times.get(name) for name in TIME_FIELDS},
+    }
+    return TaskResult.model_validate(fields)
 
 
 def artifacts(result: TaskResult, trace: _Trace, verdict: Verdict | None) -> dict[str, str]:

@@ -12,17 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from anyswe.registry import Registry
-from anyswe.sandbox.base import (
-    ExecResult,
-    Mount,
-    NetworkPolicy,
-    ProviderConfig,
-    Sandbox,
-    SandboxProvider,
-    SandboxRequest,
-    neutral,
-)
+from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.labels import gc
+from anyswe.sandbox.provider import SandboxProvider
+from anyswe.sandbox.request import ExecResult, Mount, NetworkPolicy, ProviderConfig, SandboxRequest, neutral
 
 __all__ = [
     "PROVIDERS",

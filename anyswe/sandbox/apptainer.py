@@ -29,17 +29,10 @@ from pydantic import Field
 
 from anyswe import _proc
 from anyswe.errors import DatasetError, ImageNotFound, RuntimeNotAvailable, SandboxStartError
-from anyswe.sandbox.base import (
-    DockerRef,
-    NetworkPolicy,
-    ProviderConfig,
-    Sandbox,
-    SandboxProvider,
-    SandboxRequest,
-    check_env,
-    neutral,
-)
+from anyswe.sandbox.base import Sandbox, check_env
 from anyswe.sandbox.labels import NAME_PREFIX
+from anyswe.sandbox.provider import SandboxProvider
+from anyswe.sandbox.request import DockerRef, NetworkPolicy, ProviderConfig, SandboxRequest, neutral
 from anyswe.sandbox.slots import Slot
 
 

@@ -1,7 +1,7 @@
 """The sandbox interface shared by every provider.
 
-A provider starts sandboxes from a :class:`SandboxRequest`; a sandbox runs commands, moves files
-and stops. Both providers implement the same small surface so that an experiment's verdicts cannot
+A provider (``provider.py``) starts sandboxes from a :class:`SandboxRequest`; a sandbox runs
+commands, moves files and stops. Both providers implement the same small surface so that an experiment's verdicts cannot
 depend on which runtime ran it. Provider-specific work is the start/stop, the argv of one exec and
 turning a docker reference into what the runtime runs; everything else (timeouts, env transport,
 file transfer as tar streams, concurrency slots, teardown) lives here once.
@@ -14,135 +14,24 @@ import contextlib
 import dataclasses
 import os
 import tempfile
-import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, Generic, Literal, TypeVar
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from anyswe import _proc
 from anyswe.errors import SandboxError, SandboxExecError
 from anyswe.sandbox import files
-from anyswe.sandbox.labels import (
-    LABEL_MANAGED,
-    LABEL_OWNER,
-    LABEL_RUN,
-    LABEL_SESSION,
-    LABEL_TASK,
-    NAME_PREFIX,
-    current_owner,
-    current_session,
-)
-from anyswe.sandbox.slots import Slot, Slots
+from anyswe.sandbox.request import ExecResult, Mount, NetworkPolicy, ProviderConfig, SandboxRequest, neutral
+from anyswe.sandbox.slots import Slot
 
-#: ``none``: loopback only; ``bridge``: the runtime's private network (docker); ``host``: the host's own.
-NetworkPolicy = Literal["none", "bridge", "host"]
+if TYPE_CHECKING:
+    from anyswe.sandbox.provider import SandboxProvider
 
-#: Gives the docker reference of a task's image (building it first if need be).
-DockerRef = Callable[[], Awaitable[str]]
+__all__ = ["ExecResult", "Mount", "NetworkPolicy", "ProviderConfig", "Sandbox", "SandboxRequest", "neutral"]
 
 # Grace given to an in-sandbox `timeout` before the host kills the runtime client as a backstop.
 _BACKSTOP_SECONDS = 15.0
-
-
-def neutral(**kwargs: Any) -> Any:
-    """A config field that cannot change a task's result (where or how many, not what).
-
-    Declared on the field itself, so the task key leaves it out; every other field is part of it.
-    """
-    return Field(**kwargs, json_schema_extra={"result_neutral": True})
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    """What one command in a sandbox did."""
-
-    exit_code: int
-    stdout: str
-    stderr: str
-    duration: float
-    timed_out: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
-
-
-class ProviderConfig(BaseModel):
-    """Settings common to every provider (the ``providers.<name>`` block of a spec).
-
-    ``type`` names the provider: a registered short name or a dotted path ``module:Class``.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: str = Field(description="Provider type: a registered name or module:Class.")
-    concurrency: int = neutral(default=4, ge=1, description="Sandboxes of this provider alive at once.")
-    startup_timeout: float = neutral(
-        default=300.0, gt=0, description="Seconds to start one sandbox; unset in a spec: its timeouts.sandbox_start."
-    )
-    image: str | None = Field(
-        default=None,
-        description="Docker image template ({instance_id}, {instance_id_docker}, {repo}, {version}); "
-        "default: the dataset's own (built locally for the demo).",
-    )
-
-    def names_own_images(self) -> bool:
-        """Whether this config says which image every instance runs, whatever the dataset."""
-        return self.image is not None
-
-    def key_payload(self) -> dict[str, Any]:
-        """The fields that can change a result (everything not declared :func:`neutral`)."""
-        data = self.model_dump(mode="json")
-        return {
-            k: v
-            for k, v in data.items()
-            if not (type(self).model_fields[k].json_schema_extra or {}).get("result_neutral")  # type: ignore[union-attr]
-        }
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A host path bound into the sandbox (read-only unless said otherwise)."""
-
-    source: str
-    target: str
-    read_only: bool = True
-
-    def __post_init__(self) -> None:
-        if not PurePosixPath(self.target).is_absolute():
-            raise ValueError(f"mount target must be an absolute path: {self.target!r}")
-        if not Path(self.source).exists():
-            raise FileNotFoundError(f"mount source does not exist: {self.source}")
-
-
-@dataclass
-class SandboxRequest:
-    """What to start: the image, what to bind in, the env every command gets, the network, labels."""
-
-    image: str
-    run_id: str = ""
-    task_id: str = ""
-    mounts: tuple[Mount, ...] = ()
-    #: Added to the environment of every command run in the sandbox (never on a command line).
-    env: Mapping[str, str] = field(default_factory=dict)
-    #: None: the provider's configured network.
-    network: NetworkPolicy | None = None
-    name: str = field(default_factory=lambda: f"{NAME_PREFIX}{uuid.uuid4().hex[:16]}")
-    session: str = field(default_factory=current_session)
-    owner: str = field(default_factory=current_owner)
-
-    def labels(self) -> dict[str, str]:
-        return {
-            LABEL_MANAGED: "1",
-            LABEL_RUN: self.run_id,
-            LABEL_TASK: self.task_id,
-            LABEL_SESSION: self.session,
-            LABEL_OWNER: self.owner,
-        }
 
 
 def shell_argv(cmd: str | Sequence[str]) -> list[str]:
@@ -406,98 +295,3 @@ def _decoded(r: _proc.ProcResult) -> ExecResult:
         duration=r.duration,
         timed_out=r.timed_out,
     )
-
-
-C = TypeVar("C", bound=ProviderConfig)
-
-
-class SandboxProvider(ABC, Generic[C]):
-    """Starts sandboxes of one runtime, at most ``config.concurrency`` alive at once.
-
-    Subclasses name their config class (``config_class``), which validates the spec's
-    ``providers.<name>`` block, and the networks they can give (``networks``; the first is the default).
-    """
-
-    name: ClassVar[str]
-    config_class: ClassVar[type[ProviderConfig]]
-    networks: ClassVar[tuple[NetworkPolicy, ...]]
-
-    def __init__(self, config: C) -> None:
-        self.config = config
-        self.slots = Slots(config.concurrency)
-
-    @abstractmethod
-    async def _start(self, request: SandboxRequest, network: NetworkPolicy, slot: Slot) -> Sandbox[Any]:
-        """Start the sandbox; on any failure remove what was half-started, then raise."""
-
-    @abstractmethod
-    async def check(self) -> None:
-        """Raise :class:`RuntimeNotAvailable` unless the runtime answers."""
-
-    @abstractmethod
-    async def image_exists(self, image: str) -> bool:
-        """Whether ``image`` is available locally."""
-
-    @abstractmethod
-    async def runnable_image(self, docker_image: DockerRef, fields: Mapping[str, str]) -> str:
-        """What this provider runs for a docker image (docker: the reference; apptainer: a SIF).
-
-        ``docker_image()`` gives the docker reference (building it if need be: called only when
-        needed); ``fields`` fill the provider's own image templates ({instance_id}, ...), if any.
-        """
-
-    @abstractmethod
-    def host_address(self, network: NetworkPolicy) -> str | None:
-        """The address at which a sandbox on ``network`` reaches a host service (None: unreachable)."""
-
-    @abstractmethod
-    async def remove(self, name: str) -> None:
-        """Remove the sandbox called ``name`` and its storage, whether or not it runs; idempotent."""
-
-    @abstractmethod
-    async def sandboxes(self) -> dict[str, dict[str, str] | None]:
-        """Every anyswe sandbox of this runtime on this host: name -> its labels (None if unknown)."""
-
-    @abstractmethod
-    def default_network(self) -> NetworkPolicy:
-        """The network a request that names none gets (from the provider's config)."""
-
-    async def leftovers(self, session: str | None = None) -> list[str]:
-        """Names of every anyswe sandbox on this host (of one ``session`` if given)."""
-        found = await self.sandboxes()
-        if session is None:
-            return sorted(found)
-        return sorted(n for n, labels in found.items() if labels is not None and labels.get(LABEL_SESSION) == session)
-
-    def _network(self, request: SandboxRequest) -> NetworkPolicy:
-        network = request.network or self.default_network()
-        if network not in self.networks:
-            raise SandboxError(
-                f"{self.name} sandboxes cannot have network {network!r} (supported: {', '.join(self.networks)})"
-            )
-        return network
-
-    async def start(self, request: SandboxRequest | str, *, run_id: str = "", task_id: str = "") -> Sandbox[Any]:
-        """Start a sandbox (from a request, or an image name), waiting for a free concurrency slot first."""
-        if isinstance(request, str):
-            request = SandboxRequest(image=request, run_id=run_id, task_id=task_id)
-        check_env(request.env)
-        network = self._network(request)
-        slot = await self.slots.take()
-        try:
-            timeout = self.config.startup_timeout
-            return await asyncio.wait_for(self._start(request, network, slot), timeout)
-        except BaseException:
-            slot.release()
-            raise
-
-    @contextlib.asynccontextmanager
-    async def sandbox(
-        self, request: SandboxRequest | str, *, run_id: str = "", task_id: str = ""
-    ) -> AsyncIterator[Sandbox[Any]]:
-        """``async with provider.sandbox(image) as sb:`` -- stopped on every path, cancellation included."""
-        sb = await self.start(request, run_id=run_id, task_id=task_id)
-        try:
-            yield sb
-        finally:
-            await asyncio.shield(sb.stop())

@@ -19,15 +19,10 @@ from pydantic import Field
 
 from anyswe import _proc
 from anyswe.errors import ImageNotFound, RuntimeNotAvailable, SandboxStartError
-from anyswe.sandbox.base import (
-    DockerRef,
-    NetworkPolicy,
-    ProviderConfig,
-    Sandbox,
-    SandboxProvider,
-    SandboxRequest,
-)
+from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.labels import LABEL_MANAGED
+from anyswe.sandbox.provider import SandboxProvider
+from anyswe.sandbox.request import DockerRef, NetworkPolicy, ProviderConfig, SandboxRequest
 from anyswe.sandbox.slots import Slot
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from anyswe.sandbox.base import SandboxProvider
+    from anyswe.sandbox.provider import SandboxProvider
 
 NAME_PREFIX = "anyswe-"
 LABEL_MANAGED = "anyswe.managed"

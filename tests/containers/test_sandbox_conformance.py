@@ -237,7 +237,7 @@ def test_gc_spares_live_owners_and_removes_dead_ones(provider_image: tuple[str, 
 
     async def go() -> None:
         live = await provider.start(image)  # owned by this (running) process
-        dead = await provider._start(SandboxRequest(image=image, owner="nohost:1"))  # a crashed owner
+        dead = await provider.start(SandboxRequest(image=image, owner="nohost:1"))  # a crashed owner
         try:
             removed = await gc([name], session=session)
             assert removed[name] == [dead.name]
@@ -303,7 +303,14 @@ def test_env_values_never_reach_a_command_line(
         seen.append([str(a) for a in argv])
         return await real_run(argv, **kw)
 
+    real_streaming = _proc.run_streaming
+
+    async def recording_streaming(argv, **kw):  # type: ignore[no-untyped-def]
+        seen.append([str(a) for a in argv])
+        return await real_streaming(argv, **kw)
+
     monkeypatch.setattr(_proc, "run", recording_run)
+    monkeypatch.setattr(_proc, "run_streaming", recording_streaming)
     secret = "sk-test-" + uuid.uuid4().hex
 
     async def go() -> None:

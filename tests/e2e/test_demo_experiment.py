@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from anyswe.experiment import Experiment
+from anyswe.results.schema import SCHEMA_VERSION, TaskResult
 from anyswe.results.store import read_rows
 
 pytestmark = pytest.mark.containers
@@ -67,6 +68,9 @@ def test_run_directory_contents(demo: Experiment) -> None:
         "time_grading",
     ):
         assert all(key in r for r in rows), key
+    # Every line of results.jsonl is a TaskResult of the current schema, as written.
+    for line in (run / "results.jsonl").read_text().splitlines():
+        assert TaskResult.model_validate_json(line).schema_version == SCHEMA_VERSION
     gold = next(r for r in rows if r["agent"] == "gold" and r["instance_id"] == "demo__settings-3")
     task_dir = run / "tasks" / gold["key"]
     assert "new file mode" in (task_dir / "patch.diff").read_text()  # git capture includes new files

@@ -1,0 +1,109 @@
+"""The provider interface: starts sandboxes of one runtime under a shared concurrency bound."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, ClassVar, Generic, TypeVar
+
+from anyswe.errors import SandboxError
+from anyswe.sandbox.base import Sandbox, check_env
+from anyswe.sandbox.labels import LABEL_SESSION
+from anyswe.sandbox.request import DockerRef, NetworkPolicy, ProviderConfig, SandboxRequest
+from anyswe.sandbox.slots import Slot, Slots
+
+C = TypeVar("C", bound=ProviderConfig)
+
+
+class SandboxProvider(ABC, Generic[C]):
+    """Starts sandboxes of one runtime, at most ``config.concurrency`` alive at once.
+
+    Subclasses name their config class (``config_class``), which validates the spec's
+    ``providers.<name>`` block, and the networks they can give (``networks``; the first is the default).
+    """
+
+    name: ClassVar[str]
+    config_class: ClassVar[type[ProviderConfig]]
+    networks: ClassVar[tuple[NetworkPolicy, ...]]
+
+    def __init__(self, config: C) -> None:
+        self.config = config
+        self.slots = Slots(config.concurrency)
+
+    @abstractmethod
+    async def _start(self, request: SandboxRequest, network: NetworkPolicy, slot: Slot) -> Sandbox[Any]:
+        """Start the sandbox; on any failure remove what was half-started, then raise."""
+
+    @abstractmethod
+    async def check(self) -> None:
+        """Raise :class:`RuntimeNotAvailable` unless the runtime answers."""
+
+    @abstractmethod
+    async def image_exists(self, image: str) -> bool:
+        """Whether ``image`` is available locally."""
+
+    @abstractmethod
+    async def runnable_image(self, docker_image: DockerRef, fields: Mapping[str, str]) -> str:
+        """What this provider runs for a docker image (docker: the reference; apptainer: a SIF).
+
+        ``docker_image()`` gives the docker reference (building it if need be: called only when
+        needed); ``fields`` fill the provider's own image templates ({instance_id}, ...), if any.
+        """
+
+    @abstractmethod
+    def host_address(self, network: NetworkPolicy) -> str | None:
+        """The address at which a sandbox on ``network`` reaches a host service (None: unreachable)."""
+
+    @abstractmethod
+    async def remove(self, name: str) -> None:
+        """Remove the sandbox called ``name`` and its storage, whether or not it runs; idempotent."""
+
+    @abstractmethod
+    async def sandboxes(self) -> dict[str, dict[str, str] | None]:
+        """Every anyswe sandbox of this runtime on this host: name -> its labels (None if unknown)."""
+
+    @abstractmethod
+    def default_network(self) -> NetworkPolicy:
+        """The network a request that names none gets (from the provider's config)."""
+
+    async def leftovers(self, session: str | None = None) -> list[str]:
+        """Names of every anyswe sandbox on this host (of one ``session`` if given)."""
+        found = await self.sandboxes()
+        if session is None:
+            return sorted(found)
+        return sorted(n for n, labels in found.items() if labels is not None and labels.get(LABEL_SESSION) == session)
+
+    def _network(self, request: SandboxRequest) -> NetworkPolicy:
+        network = request.network or self.default_network()
+        if network not in self.networks:
+            raise SandboxError(
+                f"{self.name} sandboxes cannot have network {network!r} (supported: {', '.join(self.networks)})"
+            )
+        return network
+
+    async def start(self, request: SandboxRequest | str, *, run_id: str = "", task_id: str = "") -> Sandbox[Any]:
+        """Start a sandbox (from a request, or an image name), waiting for a free concurrency slot first."""
+        if isinstance(request, str):
+            request = SandboxRequest(image=request, run_id=run_id, task_id=task_id)
+        check_env(request.env)
+        network = self._network(request)
+        slot = await self.slots.take()
+        try:
+            timeout = self.config.startup_timeout
+            return await asyncio.wait_for(self._start(request, network, slot), timeout)
+        except BaseException:
+            slot.release()
+            raise
+
+    @contextlib.asynccontextmanager
+    async def sandbox(
+        self, request: SandboxRequest | str, *, run_id: str = "", task_id: str = ""
+    ) -> AsyncIterator[Sandbox[Any]]:
+        """``async with provider.sandbox(image) as sb:`` -- stopped on every path, cancellation included."""
+        sb = await self.start(request, run_id=run_id, task_id=task_id)
+        try:
+            yield sb
+        finally:
+            await asyncio.shield(sb.stop())

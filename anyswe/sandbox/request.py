@@ -1,0 +1,125 @@
+"""What a sandbox is asked for and what it gives back: plain data shared by every provider."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from anyswe.sandbox.labels import (
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    LABEL_RUN,
+    LABEL_SESSION,
+    LABEL_TASK,
+    NAME_PREFIX,
+    current_owner,
+    current_session,
+)
+
+#: ``none``: loopback only; ``bridge``: the runtime's private network (docker); ``host``: the host's own.
+NetworkPolicy = Literal["none", "bridge", "host"]
+
+#: Gives the docker reference of a task's image (building it first if need be).
+DockerRef = Callable[[], Awaitable[str]]
+
+
+def neutral(**kwargs: Any) -> Any:
+    """A config field that cannot change a task's result (where or how many, not what).
+
+    Declared on the field itself, so the task key leaves it out; every other field is part of it.
+    """
+    return Field(**kwargs, json_schema_extra={"result_neutral": True})
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one command in a sandbox did."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class ProviderConfig(BaseModel):
+    """Settings common to every provider (the ``providers.<name>`` block of a spec).
+
+    ``type`` names the provider: a registered short name or a dotted path ``module:Class``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str = Field(description="Provider type: a registered name or module:Class.")
+    concurrency: int = neutral(default=4, ge=1, description="Sandboxes of this provider alive at once.")
+    startup_timeout: float = neutral(
+        default=300.0, gt=0, description="Seconds to start one sandbox; unset in a spec: its timeouts.sandbox_start."
+    )
+    image: str | None = Field(
+        default=None,
+        description="Docker image template ({instance_id}, {instance_id_docker}, {repo}, {version}); "
+        "default: the dataset's own (built locally for the demo).",
+    )
+
+    def names_own_images(self) -> bool:
+        """Whether this config says which image every instance runs, whatever the dataset."""
+        return self.image is not None
+
+    def key_payload(self) -> dict[str, Any]:
+        """The fields that can change a result (everything not declared :func:`neutral`)."""
+        data = self.model_dump(mode="json")
+        return {
+            k: v
+            for k, v in data.items()
+            if not (type(self).model_fields[k].json_schema_extra or {}).get("result_neutral")  # type: ignore[union-attr]
+        }
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path bound into the sandbox (read-only unless said otherwise)."""
+
+    source: str
+    target: str
+    read_only: bool = True
+
+    def __post_init__(self) -> None:
+        if not PurePosixPath(self.target).is_absolute():
+            raise ValueError(f"mount target must be an absolute path: {self.target!r}")
+        if not Path(self.source).exists():
+            raise FileNotFoundError(f"mount source does not exist: {self.source}")
+
+
+@dataclass
+class SandboxRequest:
+    """What to start: the image, what to bind in, the env every command gets, the network, labels."""
+
+    image: str
+    run_id: str = ""
+    task_id: str = ""
+    mounts: tuple[Mount, ...] = ()
+    #: Added to the environment of every command run in the sandbox (never on a command line).
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: None: the provider's configured network.
+    network: NetworkPolicy | None = None
+    name: str = field(default_factory=lambda: f"{NAME_PREFIX}{uuid.uuid4().hex[:16]}")
+    session: str = field(default_factory=current_session)
+    owner: str = field(default_factory=current_owner)
+
+    def labels(self) -> dict[str, str]:
+        return {
+            LABEL_MANAGED: "1",
+            LABEL_RUN: self.run_id,
+            LABEL_TASK: self.task_id,
+            LABEL_SESSION: self.session,
+            LABEL_OWNER: self.owner,
+        }

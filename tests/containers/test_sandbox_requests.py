@@ -1,0 +1,178 @@
+"""What a sandbox request carries, on both runtimes: bind mounts, env, network policy, the host's address,
+and streaming exec for long agent runs."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from anyswe.errors import SandboxError
+from anyswe.sandbox import Mount, SandboxRequest, get_provider
+
+pytestmark = pytest.mark.containers
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def test_read_only_mount_and_request_env(provider_image: tuple[str, str], tmp_path: Path) -> None:
+    name, image = provider_image
+    bundle = tmp_path / "bundle"
+    (bundle / "bin").mkdir(parents=True)
+    (bundle / "bin" / "tool").write_text("#!/bin/sh\necho tool ran with $BUNDLE_MODE\n")
+    (bundle / "bin" / "tool").chmod(0o755)
+    request = SandboxRequest(image, mounts=(Mount(str(bundle), "/opt/bundle"),), env={"BUNDLE_MODE": "a b $x"})
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(request) as sb:
+            r = await sb.exec(["/opt/bundle/bin/tool"])
+            assert r.ok and r.stdout == "tool ran with a b $x\n", r
+            # Per-exec env adds to (and may override) the request's.
+            r = await sb.exec(["printenv", "BUNDLE_MODE"], env={"BUNDLE_MODE": "override"})
+            assert r.stdout == "override\n"
+            r = await sb.exec(["touch", "/opt/bundle/written"])
+            assert r.exit_code != 0 and "Read-only" in r.stderr, r
+
+    run(go())
+    assert sorted(p.name for p in bundle.iterdir()) == ["bin"]
+
+
+def test_writable_mount(provider_image: tuple[str, str], tmp_path: Path) -> None:
+    name, image = provider_image
+    state = tmp_path / "state"
+    state.mkdir()
+    request = SandboxRequest(image, mounts=(Mount(str(state), "/var/agent-state", read_only=False),))
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(request) as sb:
+            assert (await sb.exec("echo kept > /var/agent-state/out.txt")).ok
+
+    run(go())
+    assert (state / "out.txt").read_text() == "kept\n"
+
+
+def test_mount_of_a_missing_path_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        Mount(str(tmp_path / "missing"), "/opt/x")
+    with pytest.raises(ValueError, match="absolute"):
+        Mount(str(tmp_path), "relative/path")
+
+
+@pytest.fixture
+def host_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, int, str]]:
+    """An HTTP server on the host at the address the provider's sandboxes reach it by (bridge/loopback)."""
+    name = request.getfixturevalue("provider_image")[0]
+    provider = get_provider(name)
+    address = provider.host_address(provider.default_network())
+    assert address is not None
+    token = uuid.uuid4().hex
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = token.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer((address, 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield address, server.server_address[1], token
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+FETCH = (
+    "import sys, urllib.request\n"
+    "try:\n"
+    "    print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())\n"
+    "except OSError as exc:\n"
+    "    print('unreachable', type(exc).__name__)\n"
+)
+
+
+def test_host_service_is_reachable_at_host_address(
+    provider_image: tuple[str, str], host_server: tuple[str, int, str]
+) -> None:
+    name, image = provider_image
+    _, port, token = host_server
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(image) as sb:
+            assert sb.host_address is not None
+            r = await sb.exec(["python3", "-c", FETCH, f"http://{sb.host_address}:{port}/"], timeout=30)
+            assert r.stdout.strip() == token, r
+
+    run(go())
+
+
+def test_network_none_has_only_loopback_and_no_host(
+    provider_image: tuple[str, str], host_server: tuple[str, int, str]
+) -> None:
+    name, image = provider_image
+    address, port, token = host_server
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(SandboxRequest(image, network="none")) as sb:
+            assert sb.network == "none" and sb.host_address is None
+            r = await sb.exec(["ls", "/sys/class/net"])
+            assert r.stdout.split() == ["lo"], r
+            r = await sb.exec(["python3", "-c", FETCH, f"http://{address}:{port}/"], timeout=30)
+            assert r.stdout.startswith("unreachable") and token not in r.stdout, r
+
+    run(go())
+
+
+def test_unsupported_network_is_refused_not_ignored(sif_image: str) -> None:
+    """Apptainer has no bridge network here: a request for one is an error, never a silent host network."""
+    provider = get_provider("apptainer", {"concurrency": 1})
+    with pytest.raises(SandboxError, match="cannot have network 'bridge'"):
+        run(provider.start(SandboxRequest(sif_image, network="bridge")))
+
+    async def then_one_starts() -> str:  # the refused request took no concurrency slot
+        async with provider.sandbox(sif_image) as sb:
+            return (await asyncio.wait_for(sb.exec(["true"]), 120)).stdout
+
+    assert run(then_one_starts()) == ""
+
+
+def test_streaming_exec_delivers_output_as_it_comes(provider_image: tuple[str, str], tmp_path: Path) -> None:
+    """The command waits for a file the host creates only after it has seen the first line: without
+    streaming, the first line would arrive at the end and the command would wait until its timeout."""
+    name, image = provider_image
+    log = tmp_path / "agent.log"
+    script = "echo first; for i in $(seq 600); do [ -e /tmp/go ] && break; sleep 0.1; done; echo second; [ -e /tmp/go ]"
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(image) as sb:
+            chunks: list[tuple[str, str]] = []
+            pending: list[asyncio.Task[object]] = []
+
+            def on_output(stream: str, text: str) -> None:
+                chunks.append((stream, text))
+                if "first" in text and not pending:
+                    pending.append(asyncio.get_running_loop().create_task(sb.exec(["touch", "/tmp/go"])))
+
+            r = await sb.exec_stream(
+                ["bash", "-c", script + "; echo err >&2"], log_path=log, on_output=on_output, timeout=120
+            )
+            await asyncio.gather(*pending)
+            assert r.ok and r.stdout == "first\nsecond\n" and r.stderr == "err\n", r
+            assert "".join(t for s, t in chunks if s == "stdout") == r.stdout
+            assert pending, "the first line never arrived while the command ran"
+
+    run(go())
+    assert sorted(log.read_text().split()) == ["err", "first", "second"]
