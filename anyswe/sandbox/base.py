@@ -134,7 +134,6 @@ class Sandbox(ABC, Generic[P]):
         argv = shell_argv(cmd)
         if user:
             argv = self._as_user(argv, user)
-        env = {**self.request.env, **(env or {})}
         env_file, prefix = await self._env_transport(env) if env else (None, [])
         argv = [*prefix, *argv]
         if timeout is not None:
@@ -155,6 +154,23 @@ class Sandbox(ABC, Generic[P]):
         on_output: _proc.OnOutput | None = None,
     ) -> _proc.ProcResult:
         """Like :meth:`exec` with raw bytes output (for binary transfer)."""
+        env = {**self.request.env, **(env or {})}
+        return await self._exec_raw(
+            cmd, timeout=timeout, env=env, workdir=workdir, user=user, stdin=stdin, on_output=on_output
+        )
+
+    async def _exec_raw(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+        stdin: bytes | None = None,
+        on_output: _proc.OnOutput | None = None,
+    ) -> _proc.ProcResult:
+        """One exec with exactly ``env`` (anyswe's own plumbing: no request env)."""
         host_argv, env_file = await self._host_argv(
             cmd, timeout=timeout, env=env, workdir=workdir, user=user, stdin=stdin is not None
         )
@@ -226,7 +242,7 @@ class Sandbox(ABC, Generic[P]):
     # -- files ------------------------------------------------------------------------------------
 
     async def _checked(self, cmd: Sequence[str], *, stdin: bytes | None = None, what: str) -> bytes:
-        r = await self.exec_bytes(cmd, stdin=stdin)
+        r = await self._exec_raw(cmd, stdin=stdin)
         if r.exit_code != 0:
             raise SandboxError.from_proc(
                 f"{what} failed in sandbox {self.name}", dataclasses.replace(r, argv=list(cmd))

@@ -59,3 +59,49 @@ def test_public_api_resolves() -> None:
 
     for name in anyswe.__all__:
         assert getattr(anyswe, name) is not None, name
+
+
+def _compares_with(path: Path, values: set[str]) -> list[int]:
+    """Lines where ``path`` compares something with one of ``values`` (==, !=, in, match case)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            consts = [c for c in (node.left, *node.comparators) if isinstance(c, ast.Constant)]
+            consts += [e for c in node.comparators if isinstance(c, (ast.Tuple, ast.List, ast.Set)) for e in c.elts]
+            if any(isinstance(c, ast.Constant) and c.value in values for c in consts):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.MatchValue) and isinstance(node.value, ast.Constant) and node.value.value in values:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_nothing_outside_sandbox_switches_on_a_provider_type() -> None:
+    """Providers plug in by registry: planner, images, grading, results and CLI never ask which one it is."""
+    outside = [f for f in PKG.rglob("*.py") if "sandbox" not in f.parts and "demo" not in f.parts]
+    assert len(outside) > 20
+    for f in outside:
+        concrete = {
+            m for m in imported_modules(f) if m.startswith(("anyswe.sandbox.docker", "anyswe.sandbox.apptainer"))
+        }
+        assert not concrete, f"{f.relative_to(PKG)} imports a concrete provider: {concrete}"
+        assert not _compares_with(f, {"docker", "apptainer"}), f"{f.relative_to(PKG)} switches on a provider type"
+
+
+def test_datasets_do_not_import_grading() -> None:
+    for f in sorted((PKG / "datasets").rglob("*.py")):
+        if "demo/tasks" in str(f):
+            continue
+        bad = {m for m in imported_modules(f) if m.startswith("anyswe.grading")}
+        assert not bad, f"{f.relative_to(PKG)} imports {bad}: routing to harnesses lives in grading/"
+
+
+def test_modules_and_functions_stay_small() -> None:
+    for f in PKG.rglob("*.py"):
+        if "demo/tasks" in str(f):
+            continue
+        text = f.read_text()
+        assert text.count("\n") <= 400, f"{f.relative_to(PKG)} has {text.count(chr(10))} lines"
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                assert length <= 60, f"{f.relative_to(PKG)}:{node.lineno} {node.name} has {length} lines"
