@@ -33,7 +33,7 @@ def smoke(
 ) -> None:
     """Start a sandbox on each provider and run a command in it."""
     from anyswe.config import base_image
-    from anyswe.sandbox import get_provider
+    from anyswe.sandbox import get_provider, provider_names
 
     async def base() -> str:
         return base_image()
@@ -53,7 +53,7 @@ def smoke(
         return f"{name:10s} ok  {time.monotonic() - start:5.2f}s  {' | '.join(r.stdout.split(chr(10))[:2])}"
 
     try:
-        for name in providers or ["docker", "apptainer"]:
+        for name in providers or provider_names():
             typer.echo(asyncio.run(one(name)))
     except AnysweError as exc:
         _fail(exc)

@@ -1,0 +1,40 @@
+"""Image builds through python-on-whales, shared safely by concurrent tasks and successive event loops."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+
+from anyswe._sync import run_sync
+from anyswe.errors import ImageBuildError
+from anyswe.images.build import build_docker_image, image_id
+
+pytestmark = pytest.mark.containers
+
+
+def test_two_waiters_in_two_successive_loops(docker_image: str, tmp_path: Path) -> None:
+    """Jupyter runs experiments one after another on new loops: a build lock must not outlive its loop."""
+    from python_on_whales import docker
+
+    (tmp_path / "Dockerfile").write_text(f"FROM {docker_image}\nRUN echo {uuid.uuid4().hex} > /built\n")
+    tag = f"anyswe-test/lock:{uuid.uuid4().hex[:12]}"
+
+    async def two_waiters() -> list[str]:
+        return await asyncio.gather(*(build_docker_image(tmp_path / "Dockerfile", tag) for _ in range(2)))
+
+    try:
+        assert run_sync(two_waiters()) == [tag, tag]
+        built = run_sync(image_id(tag))
+        assert run_sync(two_waiters()) == [tag, tag]  # the second loop finds it built, no error
+        assert run_sync(image_id(tag)) == built
+    finally:
+        docker.image.remove(tag, force=True)
+
+
+def test_build_failure_carries_the_output(docker_image: str, tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text(f"FROM {docker_image}\nRUN echo broken-step-output && exit 3\n")
+    with pytest.raises(ImageBuildError, match="broken-step-output"):
+        run_sync(build_docker_image(tmp_path / "Dockerfile", f"anyswe-test/broken:{uuid.uuid4().hex[:12]}"))

@@ -1,0 +1,119 @@
+"""The seams, without containers: one registry, provider configs honoured, units built from a plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from anyswe.agents import AGENTS, Agent
+from anyswe.datasets import Instance
+from anyswe.errors import DatasetError, SpecError
+from anyswe.execute.unit import make_unit
+from anyswe.grading import HARNESSES, get_harness
+from anyswe.grading.pytest import PytestHarness
+from anyswe.plan import make_plan
+from anyswe.registry import Registry
+from anyswe.sandbox import PROVIDERS, ProviderConfig, provider_class
+from anyswe.sandbox.apptainer import ApptainerConfig
+from anyswe.sandbox.docker import DockerProvider
+from anyswe.spec import load_spec
+
+SPEC = """\
+name: s
+dataset: {name: demo, limit: 2}
+agents:
+  gold: {type: gold}
+providers:
+  d: {type: docker}
+  a: {type: apptainer, sif: "/sifs/{instance_id}.sif"}
+timeouts: {sandbox_start: 99}
+"""
+
+
+def spec_path(tmp_path: Path, text: str = SPEC) -> Path:
+    p = tmp_path / "spec.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_one_registry_for_every_kind() -> None:
+    for registry, name in ((AGENTS, "gold"), (PROVIDERS, "docker"), (HARNESSES, "pytest")):
+        assert name in registry.names()
+    assert provider_class("docker") is DockerProvider
+    # A dotted path works without registration, with either separator.
+    assert provider_class("anyswe.sandbox.docker:DockerProvider") is DockerProvider
+    assert provider_class("anyswe.sandbox.docker.DockerProvider") is DockerProvider
+    assert type(get_harness("anyswe.grading.pytest:PytestHarness")) is PytestHarness
+    with pytest.raises(SpecError, match="not a subclass of SandboxProvider"):
+        provider_class("anyswe.grading.pytest:PytestHarness")
+    with pytest.raises(SpecError, match="cannot import 'nowhere_at_all'"):
+        provider_class("nowhere_at_all:Thing")
+    with pytest.raises(SpecError, match="has no 'Nope'"):
+        provider_class("anyswe.sandbox.docker:Nope")
+    with pytest.raises(SpecError, match="unknown sandbox provider 'podman'; known: docker, apptainer"):
+        provider_class("podman")
+    with pytest.raises(DatasetError, match="unknown grading harness"):
+        get_harness("nope")
+    reg: Registry[Agent] = Registry("thing", Agent)
+    reg.register("gold", "anyswe.agents.gold:GoldAgent")
+    assert reg.load("gold").name == "gold"
+
+
+def test_provider_blocks_are_validated_by_their_own_class(tmp_path: Path) -> None:
+    spec = load_spec(spec_path(tmp_path))
+    assert isinstance(spec.providers["a"], ApptainerConfig) and spec.providers["a"].sif == "/sifs/{instance_id}.sif"
+    bad = SPEC.replace("{type: docker}", "{type: docker, sif: x.sif}")
+    with pytest.raises(SpecError, match=r"spec\.yaml:6:\d+: providers\.d\.sif: unknown key"):
+        load_spec(spec_path(tmp_path, bad))
+
+
+def test_a_field_the_user_sets_is_honoured(tmp_path: Path) -> None:
+    """timeouts.sandbox_start fills a provider's startup timeout only where the user set none."""
+    plan = make_plan(load_spec(spec_path(tmp_path), ["providers.d.startup_timeout=7"]))
+    units = {u.cell.provider: u for u in (make_unit(plan, t, run_id="r", attempt=1) for t in plan.tasks)}
+    assert units["d"].provider.startup_timeout == 7
+    assert units["a"].provider.startup_timeout == 99
+    # The spec's own objects are left as the user wrote them.
+    assert "startup_timeout" not in plan.spec.providers["a"].model_fields_set
+
+
+def test_result_neutral_fields_are_declared_on_the_fields() -> None:
+    neutral = {
+        name
+        for name, f in ApptainerConfig.model_fields.items()
+        if (f.json_schema_extra or {}).get("result_neutral")  # type: ignore[union-attr]
+    }
+    assert neutral == {"concurrency", "startup_timeout", "binary", "state_dir", "extra_options", "sif"}
+    payload = ApptainerConfig(overlay_size_mb=512).key_payload()
+    assert payload == {"type": "apptainer", "image": None, "overlay_size_mb": 512, "network": "host"}
+    assert "concurrency" not in ProviderConfig(type="x").key_payload()
+
+
+def test_units_carry_everything_and_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_KEY", "sk-secret-value")
+    text = SPEC + "models:\n  m: {api: openai-chat, model: x, api_key_env: MY_KEY}\n"
+    plan = make_plan(load_spec(spec_path(tmp_path, text)))
+    unit = make_unit(plan, plan.tasks[0], run_id="r", attempt=3)
+    assert (unit.attempt, unit.run_id, unit.harness, unit.agent.type) == (3, "r", "pytest", "gold")
+    assert unit.instance.instance_id == plan.tasks[0].instance_id and unit.image.build_dataset == "demo"
+    assert "sk-secret-value" not in repr(unit)
+
+
+def test_harness_prepares_once_per_repo_and_version() -> None:
+    calls: list[tuple[str, str]] = []
+
+    class Counting(PytestHarness):
+        def _prepare(self, instance: Instance) -> None:
+            calls.append((instance.repo, instance.version))
+            super()._prepare(instance)
+
+    harness = Counting()
+    rows = [
+        Instance(instance_id=f"i{n}", repo=repo, version=v, base_commit="x", test_patch="", FAIL_TO_PASS=[])
+        for n, (repo, v) in enumerate([("o/r", "1"), ("o/r", "1"), ("o/r", "2"), ("o/q", "1")])
+    ]
+    for inst in rows * 3:
+        harness.eval_script(inst)
+        assert harness.grade_log(inst, "").resolved is False
+    assert calls == [("o/r", "1"), ("o/r", "2"), ("o/q", "1")]
