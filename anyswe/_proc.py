@@ -32,6 +32,10 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+# After a kill, output still in the pipes is read for this long. A process outside the killed
+# group (inside a container, say) may hold the pipes open; it must not hold the caller too.
+_DRAIN_SECONDS = 5.0
+
 #: Called with ("stdout" | "stderr", chunk) as output arrives.
 OnOutput = Callable[[str, bytes], None]
 
@@ -50,6 +54,15 @@ async def run(
     or re-raising, so a cancelled run never leaves a child behind.
     """
     return await run_streaming(argv, stdin=stdin, timeout=timeout, env=env, cwd=cwd)
+
+
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    """Wait for a killed process to exit without waiting for every holder of its pipes to close them."""
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()  # closes our ends of the pipes; the exit status is already known
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), _DRAIN_SECONDS)
 
 
 async def _spawn(
@@ -117,15 +130,15 @@ async def run_streaming(
     except TimeoutError:
         timed_out = True
         _kill_group(proc)
-        await asyncio.gather(_pump(proc.stdout, "stdout", out, on_output), _pump(proc.stderr, "stderr", err, on_output))
-        await proc.wait()
+        with contextlib.suppress(TimeoutError):
+            pumps = (_pump(proc.stdout, "stdout", out, on_output), _pump(proc.stderr, "stderr", err, on_output))
+            await asyncio.wait_for(asyncio.gather(*pumps), _DRAIN_SECONDS)
+        await _reap(proc)
     except BaseException:
         _kill_group(proc)
         with contextlib.suppress(Exception):
-            await asyncio.shield(proc.wait())
+            await asyncio.shield(_reap(proc))
         raise
-    # The group may hold stragglers that did not keep the pipes open.
-    if timed_out:
-        _kill_group(proc)
-    assert proc.returncode is not None
-    return ProcResult(argv, proc.returncode, bytes(out), bytes(err), time.monotonic() - start, timed_out)
+    # A killed process whose exit was not yet reaped reports as killed.
+    code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+    return ProcResult(argv, code, bytes(out), bytes(err), time.monotonic() - start, timed_out)

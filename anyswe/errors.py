@@ -107,6 +107,49 @@ class SandboxExecError(SandboxError):
     """The runtime failed to run a command at all (distinct from a command that exited non-zero)."""
 
 
+class SandboxFileError(AnysweError):
+    """A file operation in a sandbox failed because of the path itself: the caller's error, not infra.
+
+    Each subclass is also the matching builtin (``except FileNotFoundError`` works) and carries
+    the path inside the sandbox.
+    """
+
+    errno_code: int = 0
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+        self.filename = path
+
+    def __str__(self) -> str:
+        return f"{self.message}: {self.path}"
+
+
+class SandboxFileNotFoundError(SandboxFileError, FileNotFoundError):
+    """No such file or directory (or a parent is missing)."""
+
+    errno_code = 2
+
+
+class SandboxPermissionError(SandboxFileError, PermissionError):
+    """The sandbox user may not read or write the path."""
+
+    errno_code = 13
+
+
+class SandboxNotADirectoryError(SandboxFileError, NotADirectoryError):
+    """A parent of the path is a file."""
+
+    errno_code = 20
+
+
+class SandboxIsADirectoryError(SandboxFileError, IsADirectoryError):
+    """The path is a directory (reading it, or writing a file onto it)."""
+
+    errno_code = 21
+
+
 class ImageBuildError(InfraError):
     """Building a task image or SIF failed."""
 

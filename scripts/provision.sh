@@ -5,6 +5,7 @@
 #   scripts/provision.sh docker     only the docker engine
 #   scripts/provision.sh apptainer  only apptainer
 #   scripts/provision.sh image      only the base image
+#   scripts/provision.sh helper     a C compiler and static libc (anyswe builds its in-sandbox helper)
 #   scripts/provision.sh browser    headless Chromium (for the report tests)
 #
 # Every step is a no-op where the thing already works: a workstation with a running docker
@@ -149,6 +150,18 @@ provision_image() {
   log "image: $BASE_IMAGE built"
 }
 
+# anyswe compiles a small static helper (anyswe/sandbox/helper/anyswe-exec.c) that every sandbox
+# runs its commands through; it needs a C compiler and a static libc.
+provision_helper() {
+  local probe
+  probe=$(mktemp)
+  if ! { command -v cc >/dev/null 2>&1 && printf 'int main(void){return 0;}\n' | cc -static -x c - -o "$probe" 2>/dev/null; }; then
+    apt_install gcc libc6-dev
+  fi
+  rm -f "$probe"
+  log "helper: $(cc --version | head -n1)"
+}
+
 # Headless Chromium checks the HTML report in the tests (Debian's package; nothing downloaded by npm).
 provision_browser() {
   if command -v chromium >/dev/null 2>&1; then log "browser: $(chromium --version 2>/dev/null)"; return 0; fi
@@ -162,9 +175,10 @@ main() {
     docker) provision_docker ;;
     apptainer) provision_apptainer ;;
     image) provision_image ;;
+    helper) provision_helper ;;
     browser) provision_browser ;;
-    all) provision_docker; provision_apptainer; provision_image ;;
-    *) die "unknown target '$what' (docker, apptainer, image, browser, all)" ;;
+    all) provision_docker; provision_apptainer; provision_image; provision_helper ;;
+    *) die "unknown target '$what' (docker, apptainer, image, helper, browser, all)" ;;
   esac
 }
 main "$@"

@@ -17,10 +17,8 @@ import asyncio
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import tempfile
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
@@ -29,11 +27,10 @@ from pydantic import Field
 
 from anyswe import _proc
 from anyswe.errors import DatasetError, ImageNotFound, RuntimeNotAvailable, SandboxStartError
-from anyswe.sandbox.base import Sandbox, check_env
+from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.labels import NAME_PREFIX
 from anyswe.sandbox.provider import SandboxProvider
 from anyswe.sandbox.request import DockerRef, NetworkPolicy, ProviderConfig, SandboxRequest, neutral
-from anyswe.sandbox.slots import Slot
 
 
 def default_state_dir() -> Path:
@@ -57,38 +54,26 @@ class ApptainerConfig(ProviderConfig):
         return self.sif is not None or super().names_own_images()
 
 
-class ApptainerSandbox(Sandbox["ApptainerProvider"]):
-    def _exec_argv(
-        self, argv: list[str], *, env_file: Path | None, workdir: str | None, user: str | None, stdin: bool
-    ) -> list[str]:
-        # --cleanenv again on exec: without it the host environment is passed into the command.
-        cmd = [self.provider.config.binary, "exec", "--cleanenv"]
-        if env_file is not None:
-            cmd += ["--env-file", str(env_file)]
-        # Without --pwd apptainer tries the host's cwd; docker's default is the image's WORKDIR.
-        cmd += ["--pwd", workdir or "/"]
-        if user:
-            # Switching user inside (see _as_user) needs two capabilities that
-            # `root default capabilities = file` does not grant.
-            cmd += ["--add-caps", "CAP_SETUID,CAP_SETGID"]
-        return [*cmd, f"instance://{self.name}", *argv]
+#: The capabilities docker gives a container's root by default: root must be the same root on both
+#: runtimes (permission checks, adduser, chown), and apptainer's root otherwise has none.
+DOCKER_DEFAULT_CAPS = (
+    "CAP_AUDIT_WRITE,CAP_CHOWN,CAP_DAC_OVERRIDE,CAP_FOWNER,CAP_FSETID,CAP_KILL,CAP_MKNOD,CAP_NET_BIND_SERVICE,"
+    "CAP_NET_RAW,CAP_SETFCAP,CAP_SETGID,CAP_SETPCAP,CAP_SETUID,CAP_SYS_CHROOT"
+)
 
-    def _as_user(self, argv: list[str], user: str) -> list[str]:
-        # Apptainer runs commands as the calling user (root): switch inside the sandbox. This sits
-        # inside the env loader, which reads its root-only env file before dropping privileges.
-        return ["runuser", "-u", user, "--", *argv]
+
+class ApptainerSandbox(Sandbox["ApptainerProvider"]):
+    def _exec_argv(self, inner: list[str], *, env_file: Path | None, stdin: bool) -> list[str]:
+        # --cleanenv again on exec: without it the host environment is passed into the command.
+        # --pwd /: the helper changes to the working directory itself (-C), as on docker.
+        cmd = [self.provider.config.binary, "exec", "--cleanenv", "--pwd", "/", "--add-caps", DOCKER_DEFAULT_CAPS]
+        return [*cmd, f"instance://{self.name}", *inner]
 
     async def _env_transport(self, env: Mapping[str, str]) -> tuple[Path | None, list[str]]:
         # apptainer's --env-file evaluates values a second time inside the container (a `$` in a
-        # token is expanded), so values are not carried verbatim. Instead the env travels as a
-        # 0600 file through stdin into the sandbox, is sourced by POSIX sh (exact single-quote
-        # semantics) and deleted before the command starts.
-        check_env(env)
-        path = f"/tmp/.anyswe-env-{uuid.uuid4().hex}"
-        body = "".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items())
-        await self.write_file(path, body.encode(), mode=0o600)
-        loader = 'set -a; . "$0"; set +a; rm -f -- "$0"; exec "$@"'
-        return None, ["sh", "-c", loader, path]
+        # token is expanded), so values are not carried verbatim: the env goes in a 0600 file
+        # inside the sandbox, which the helper loads and deletes before the command starts.
+        return None, await self._env_in_sandbox(env)
 
     def _is_runtime_failure(self, result: _proc.ProcResult) -> bool:
         err = result.stderr.decode("utf-8", errors="replace")
@@ -104,7 +89,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
     name = "apptainer"
     config_class = ApptainerConfig
     networks: ClassVar[tuple[NetworkPolicy, ...]] = ("host", "none")
-    sandbox_class: ClassVar[type[ApptainerSandbox]] = ApptainerSandbox
+    sandbox_class = ApptainerSandbox
 
     def __init__(self, config: ApptainerConfig | None = None) -> None:
         super().__init__(config or ApptainerConfig())
@@ -155,7 +140,21 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
             argv += ["--net", "--network", "none"]
         return [*argv, *cfg.extra_options, request.image, request.name]
 
-    async def _start(self, request: SandboxRequest, network: NetworkPolicy, slot: Slot) -> ApptainerSandbox:
+    async def _image_workdir(self, image: str) -> str:
+        """The WORKDIR of the docker image a SIF was built from (its OCI config inside the SIF)."""
+        if not Path(image).is_file():
+            return "/"
+        listing = await _proc.run([self.config.binary, "sif", "list", image], timeout=60)
+        ids = [line.split("|")[0].strip() for line in listing.stdout.decode().splitlines() if "JSON.Generic" in line]
+        for sif_id in ids:
+            dump = await _proc.run([self.config.binary, "sif", "dump", sif_id, image], timeout=60)
+            with contextlib.suppress(ValueError):
+                config = json.loads(dump.stdout)
+                if isinstance(config, dict) and ("Cmd" in config or "WorkingDir" in config or "Env" in config):
+                    return str(config.get("WorkingDir") or "/")
+        return "/"
+
+    async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> None:
         if not await self.image_exists(request.image):
             raise ImageNotFound(f"SIF image {request.image!r} does not exist")
         cfg = self.config
@@ -171,7 +170,6 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         except BaseException:
             await asyncio.shield(self.remove(request.name))
             raise
-        return self.sandbox_class(request, self, slot, network=network)
 
     async def remove(self, name: str) -> None:
         """Stop the instance (if any) and delete its state dir; idempotent."""

@@ -1,10 +1,11 @@
 """The sandbox interface shared by every provider.
 
 A provider (``provider.py``) starts sandboxes from a :class:`SandboxRequest`; a sandbox runs
-commands, moves files and stops. Both providers implement the same small surface so that an experiment's verdicts cannot
-depend on which runtime ran it. Provider-specific work is the start/stop, the argv of one exec and
-turning a docker reference into what the runtime runs; everything else (timeouts, env transport,
-file transfer as tar streams, concurrency slots, teardown) lives here once.
+commands, moves files and stops. Every command and single-file operation goes through the same
+static helper inside the sandbox (``helper/anyswe-exec.c``), so both runtimes give the same working
+directory, user switch, timeout, exit codes and file errors; a provider contributes only the argv
+that enters its sandbox, how an env reaches it, and start/stop. Large argument lists travel in a
+file, environment values in 0600 files, never on a command line.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import dataclasses
 import os
 import tempfile
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from anyswe import _proc
 from anyswe.errors import SandboxError, SandboxExecError
 from anyswe.sandbox import files
+from anyswe.sandbox.helper import HELPER_PATH
 from anyswe.sandbox.request import ExecResult, Mount, NetworkPolicy, ProviderConfig, SandboxRequest, neutral
 from anyswe.sandbox.slots import Slot
 
@@ -30,8 +33,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ExecResult", "Mount", "NetworkPolicy", "ProviderConfig", "Sandbox", "SandboxRequest", "neutral"]
 
-# Grace given to an in-sandbox `timeout` before the host kills the runtime client as a backstop.
+# Grace given to the in-sandbox timeout before the host kills the runtime client as a backstop.
 _BACKSTOP_SECONDS = 15.0
+# Argument lists longer than this go through a file: runtimes cap their own command lines
+# (apptainer refuses about 1 MiB) well below the kernel's ARG_MAX.
+_INLINE_ARGV_BYTES = 64 * 1024
 
 
 def shell_argv(cmd: str | Sequence[str]) -> list[str]:
@@ -52,16 +58,25 @@ def check_env(env: Mapping[str, str]) -> None:
             raise ValueError(f"environment variable {key} has a newline or NUL in its value")
 
 
+def _normalised(code: int) -> int:
+    """A runtime client killed by signal N reports -N to Python; a shell (and docker) says 128+N."""
+    return 128 - code if code < 0 else code
+
+
 P = TypeVar("P", bound="SandboxProvider[Any]")
 
 
 class Sandbox(ABC, Generic[P]):
     """One running container: exec, files in and out, stop. Use it as an async context manager."""
 
-    def __init__(self, request: SandboxRequest, provider: P, slot: Slot, *, network: NetworkPolicy) -> None:
+    def __init__(
+        self, request: SandboxRequest, provider: P, slot: Slot, *, network: NetworkPolicy, workdir: str = "/"
+    ) -> None:
         self.request = request
         self.provider = provider
         self.network = network
+        #: Where commands run when no workdir is given: the image's WORKDIR on every runtime.
+        self.default_workdir = workdir or "/"
         self._slot = slot
         self._stopped = False
         self._scratch = Path(tempfile.mkdtemp(prefix="anyswe-sbx-"))
@@ -83,22 +98,25 @@ class Sandbox(ABC, Generic[P]):
     # -- provider-specific ------------------------------------------------------------------------
 
     @abstractmethod
-    def _exec_argv(
-        self, argv: list[str], *, env_file: Path | None, workdir: str | None, user: str | None, stdin: bool
-    ) -> list[str]:
-        """The host argv that runs ``argv`` inside this sandbox."""
-
-    def _as_user(self, argv: list[str], user: str) -> list[str]:
-        """``argv`` run as ``user``; the default leaves it to the runtime's own flag (docker --user)."""
-        return argv
+    def _exec_argv(self, inner: list[str], *, env_file: Path | None, stdin: bool) -> list[str]:
+        """The host argv that runs ``inner`` (a helper invocation) inside this sandbox."""
 
     async def _env_transport(self, env: Mapping[str, str]) -> tuple[Path | None, list[str]]:
-        """How ``env`` reaches the command: a host env file for the runtime, or an argv prefix.
+        """How ``env`` reaches the command: a host env file for the runtime, or helper options.
 
         The default is a 0600 host file in the runtime's ``--env-file`` format (``KEY=value``, taken
         literally): secrets never appear on a command line.
         """
-        return self._write_env_file(env), []
+        fd, path = tempfile.mkstemp(prefix="env-", dir=self._scratch)
+        with os.fdopen(fd, "w") as fh:
+            fh.write("".join(f"{k}={v}\n" for k, v in env.items()))
+        return Path(path), []
+
+    async def _env_in_sandbox(self, env: Mapping[str, str]) -> list[str]:
+        """Helper options that load ``env`` from a 0600 file written into the sandbox (deleted once read)."""
+        path = f"/tmp/.anyswe-env-{uuid.uuid4().hex}"
+        await self.write_file(path, b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()), mode=0o600)
+        return ["-e", path]
 
     def _is_runtime_failure(self, result: _proc.ProcResult) -> bool:
         """True when the runtime, not the command, failed (e.g. the container is gone)."""
@@ -110,37 +128,63 @@ class Sandbox(ABC, Generic[P]):
 
     # -- exec -------------------------------------------------------------------------------------
 
-    def _write_env_file(self, env: Mapping[str, str]) -> Path:
-        # Secrets travel in a 0600 file that only root can read, never on a command line.
-        check_env(env)
-        fd, path = tempfile.mkstemp(prefix="env-", dir=self._scratch)
-        with os.fdopen(fd, "w") as fh:
-            fh.write("".join(f"{k}={v}\n" for k, v in env.items()))
-        return Path(path)
+    def _workdir(self, workdir: str | None) -> str:
+        if workdir is None:
+            return self.default_workdir
+        if not PurePosixPath(workdir).is_absolute():
+            raise ValueError(f"workdir must be an absolute path, not {workdir!r}")
+        return workdir
 
-    async def _host_argv(
+    async def _helper_options(
         self,
-        cmd: str | Sequence[str],
+        argv: list[str],
         *,
         timeout: float | None,
         env: Mapping[str, str] | None,
         workdir: str | None,
         user: str | None,
-        stdin: bool,
     ) -> tuple[list[str], Path | None]:
-        """The host argv for one exec, and the env file to delete after it."""
+        """The helper invocation for one command, and the host env file to delete after it."""
+        check_env(env or {})
+        cwd = self._workdir(workdir)
+        env_file, options = await self._env_transport(env) if env else (None, [])
+        if sum(len(a.encode()) + 1 for a in argv) > _INLINE_ARGV_BYTES:
+            path = f"/tmp/.anyswe-args-{uuid.uuid4().hex}"
+            await self.write_file(path, b"".join(a.encode() + b"\0" for a in argv), mode=0o600)
+            options, argv = [*options, "-a", path], []
+        options += ["-C", cwd]
+        if user:
+            options += ["-u", user]
+        if timeout is not None:
+            options += ["-t", f"{timeout:g}"]
+        return [HELPER_PATH, *options, "--", *argv], env_file
+
+    async def _run(
+        self,
+        inner: list[str],
+        *,
+        env_file: Path | None = None,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        on_output: _proc.OnOutput | None = None,
+    ) -> _proc.ProcResult:
+        """Run one helper invocation; a failing runtime raises :class:`SandboxExecError`."""
         if self._stopped:
             raise SandboxExecError(f"sandbox {self.name} is stopped")
-        argv = shell_argv(cmd)
-        if user:
-            argv = self._as_user(argv, user)
-        env_file, prefix = await self._env_transport(env) if env else (None, [])
-        argv = [*prefix, *argv]
-        if timeout is not None:
-            # The in-sandbox `timeout` kills the command's process group inside the container, which
-            # the host cannot reach for docker; the host-side backstop covers a hung runtime client.
-            argv = ["timeout", "-k", "5", f"{timeout:g}", *argv]
-        return self._exec_argv(argv, env_file=env_file, workdir=workdir, user=user, stdin=stdin), env_file
+        host_argv = self._exec_argv(inner, env_file=env_file, stdin=stdin is not None)
+        backstop = None if timeout is None else timeout + _BACKSTOP_SECONDS
+        try:
+            result = await _proc.run_streaming(host_argv, on_output=on_output, stdin=stdin, timeout=backstop)
+        finally:
+            if env_file is not None:
+                env_file.unlink(missing_ok=True)
+        # The helper exits 124 when it stopped the command at its timeout.
+        timed_out = result.timed_out or (timeout is not None and result.exit_code == 124 and result.duration >= timeout)
+        if not timed_out and self._is_runtime_failure(result):
+            raise SandboxExecError.from_proc(
+                f"{self.provider.name} could not run a command in sandbox {self.name}", result
+            )
+        return dataclasses.replace(result, exit_code=_normalised(result.exit_code), timed_out=timed_out)
 
     async def exec_bytes(
         self,
@@ -155,39 +199,10 @@ class Sandbox(ABC, Generic[P]):
     ) -> _proc.ProcResult:
         """Like :meth:`exec` with raw bytes output (for binary transfer)."""
         env = {**self.request.env, **(env or {})}
-        return await self._exec_raw(
-            cmd, timeout=timeout, env=env, workdir=workdir, user=user, stdin=stdin, on_output=on_output
+        inner, env_file = await self._helper_options(
+            shell_argv(cmd), timeout=timeout, env=env, workdir=workdir, user=user
         )
-
-    async def _exec_raw(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        workdir: str | None = None,
-        user: str | None = None,
-        stdin: bytes | None = None,
-        on_output: _proc.OnOutput | None = None,
-    ) -> _proc.ProcResult:
-        """One exec with exactly ``env`` (anyswe's own plumbing: no request env)."""
-        host_argv, env_file = await self._host_argv(
-            cmd, timeout=timeout, env=env, workdir=workdir, user=user, stdin=stdin is not None
-        )
-        try:
-            backstop = None if timeout is None else timeout + _BACKSTOP_SECONDS
-            result = await _proc.run_streaming(host_argv, on_output=on_output, stdin=stdin, timeout=backstop)
-        finally:
-            if env_file is not None:
-                env_file.unlink(missing_ok=True)
-        timed_out = result.timed_out or (
-            timeout is not None and result.exit_code in (124, 137) and result.duration >= timeout
-        )
-        if not timed_out and self._is_runtime_failure(result):
-            raise SandboxExecError.from_proc(
-                f"{self.provider.name} could not run a command in sandbox {self.name}", result
-            )
-        return dataclasses.replace(result, timed_out=timed_out)
+        return await self._run(inner, env_file=env_file, stdin=stdin, timeout=timeout, on_output=on_output)
 
     async def exec(
         self,
@@ -201,8 +216,11 @@ class Sandbox(ABC, Generic[P]):
     ) -> ExecResult:
         """Run a command (argv, or a shell string run by ``bash -lc``) inside the sandbox.
 
-        A non-zero exit is a result, not an error; :class:`SandboxExecError` means the runtime itself
-        failed. ``timed_out`` is set when ``timeout`` seconds passed and the command was killed.
+        A non-zero exit is a result, not an error, the same on every runtime: 127 not found, 126
+        not executable (or an unusable ``workdir``/``user``: stderr says which), 128+N killed by
+        signal N. :class:`SandboxExecError` means the runtime itself failed. ``timed_out`` is set
+        when ``timeout`` seconds passed and the command's process group was killed. ``workdir``
+        must be absolute; the default is the image's WORKDIR.
         """
         r = await self.exec_bytes(cmd, timeout=timeout, env=env, workdir=workdir, user=user, stdin=stdin)
         return _decoded(r)
@@ -241,27 +259,41 @@ class Sandbox(ABC, Generic[P]):
 
     # -- files ------------------------------------------------------------------------------------
 
+    def _path(self, path: str) -> str:
+        """A sandbox path; a relative one is taken from the default working directory."""
+        return str(PurePosixPath(self.default_workdir) / path)
+
     async def _checked(self, cmd: Sequence[str], *, stdin: bytes | None = None, what: str) -> bytes:
-        r = await self._exec_raw(cmd, stdin=stdin)
+        inner, _ = await self._helper_options(list(cmd), timeout=None, env=None, workdir="/", user=None)
+        r = await self._run(inner, stdin=stdin)
         if r.exit_code != 0:
             raise SandboxError.from_proc(
                 f"{what} failed in sandbox {self.name}", dataclasses.replace(r, argv=list(cmd))
             )
         return r.stdout
 
-    async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
-        """Write ``data`` to ``path`` in the sandbox (parents created)."""
-        p = PurePosixPath(path)
-        tar = files.tar_of_file(p.name, data, mode)
-        await self._checked(files.untar_argv(p.parent), stdin=tar, what=f"writing {path}")
+    async def write_file(self, path: str, data: bytes, *, mode: int = 0o644, user: str | None = None) -> None:
+        """Write ``data`` to ``path`` (parents created), as root or ``user``.
 
-    async def read_file(self, path: str) -> bytes:
-        """The bytes of ``path`` in the sandbox."""
-        return await self._checked(["cat", "--", path], what=f"reading {path}")
+        A directory at ``path``, a missing or unwritable location raise the matching
+        :class:`~anyswe.errors.SandboxFileError` (also a ``IsADirectoryError``, ...), never an infra error.
+        """
+        target = self._path(path)
+        user_opts = ["-u", user] if user else []
+        r = await self._run([HELPER_PATH, *user_opts, "--write", target, f"{mode:o}"], stdin=data)
+        files.raise_for_file_status(r, target, self.name)
+
+    async def read_file(self, path: str, *, user: str | None = None) -> bytes:
+        """The bytes of ``path``; a missing file, a directory or no permission raise a SandboxFileError."""
+        target = self._path(path)
+        user_opts = ["-u", user] if user else []
+        r = await self._run([HELPER_PATH, *user_opts, "--read", target])
+        files.raise_for_file_status(r, target, self.name)
+        return r.stdout
 
     async def copy_in(self, src: str | os.PathLike[str], dest: str) -> None:
         """Copy a host file or directory to ``dest`` in the sandbox (binary-safe, modes kept)."""
-        dest_path = PurePosixPath(dest)
+        dest_path = PurePosixPath(self._path(dest))
         tar = files.tar_of_path(Path(src), dest_path.name)
         await self._checked(
             files.untar_argv(dest_path.parent, keep_owner=False), stdin=tar, what=f"copying {src} to {dest}"
@@ -269,7 +301,7 @@ class Sandbox(ABC, Generic[P]):
 
     async def copy_out(self, src: str, dest: str | os.PathLike[str]) -> None:
         """Copy a file or directory ``src`` from the sandbox to the host path ``dest``."""
-        p = PurePosixPath(src)
+        p = PurePosixPath(self._path(src))
         data = await self._checked(["tar", "-c", "-C", str(p.parent), "-f", "-", p.name], what=f"copying {src} out")
         files.extract_tar(data, p.name, Path(dest))
 

@@ -23,7 +23,6 @@ from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.labels import LABEL_MANAGED
 from anyswe.sandbox.provider import SandboxProvider
 from anyswe.sandbox.request import DockerRef, NetworkPolicy, ProviderConfig, SandboxRequest
-from anyswe.sandbox.slots import Slot
 
 if TYPE_CHECKING:
     from python_on_whales import DockerClient
@@ -46,26 +45,23 @@ def _client() -> DockerClient:
 
 
 class DockerSandbox(Sandbox["DockerProvider"]):
-    def _exec_argv(
-        self, argv: list[str], *, env_file: Path | None, workdir: str | None, user: str | None, stdin: bool
-    ) -> list[str]:
+    def _exec_argv(self, inner: list[str], *, env_file: Path | None, stdin: bool) -> list[str]:
+        # Working directory and user are the helper's business (-C, -u), the same as on apptainer.
         cmd = [*self.provider.docker_cmd, "exec"]
         if stdin:
             cmd.append("--interactive")
         if env_file is not None:
             cmd += ["--env-file", str(env_file)]
-        if workdir:
-            cmd += ["--workdir", workdir]
-        if user:
-            cmd += ["--user", user]
-        return [*cmd, self.name, *argv]
+        return [*cmd, self.name, *inner]
 
     def _is_runtime_failure(self, result: _proc.ProcResult) -> bool:
-        # `docker exec` itself exits 125 (daemon error), 126/127 only when the *command* cannot run;
-        # a vanished container reports on stderr with 1.
+        # `docker exec` itself exits 125 (daemon error) or 126/127 with "OCI runtime exec failed"
+        # when the helper cannot start; a vanished container reports on stderr with 1.
         err = result.stderr.decode("utf-8", errors="replace")
-        return result.exit_code == 125 or (
-            result.exit_code == 1 and ("No such container" in err or "is not running" in err)
+        return (
+            result.exit_code == 125
+            or "OCI runtime exec failed" in err
+            or (result.exit_code == 1 and ("No such container" in err or "is not running" in err))
         )
 
     async def _teardown(self) -> None:
@@ -78,7 +74,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
     name = "docker"
     config_class = DockerConfig
     networks: ClassVar[tuple[NetworkPolicy, ...]] = ("bridge", "none", "host")
-    sandbox_class: ClassVar[type[DockerSandbox]] = DockerSandbox
+    sandbox_class = DockerSandbox
 
     def __init__(self, config: DockerConfig | None = None) -> None:
         super().__init__(config or DockerConfig())
@@ -142,7 +138,12 @@ class DockerProvider(SandboxProvider[DockerConfig]):
             "mounts": mounts,
         }
 
-    async def _start(self, request: SandboxRequest, network: NetworkPolicy, slot: Slot) -> DockerSandbox:
+    async def _image_workdir(self, image: str) -> str:
+        # python-on-whales gives the WORKDIR as a Path: an unset one reads as "."
+        workdir = (await asyncio.to_thread(self._docker.image.inspect, image)).config.working_dir
+        return str(workdir) if workdir and str(workdir).startswith("/") else "/"
+
+    async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> None:
         from python_on_whales.exceptions import DockerException
 
         if not await self.image_exists(request.image):
@@ -175,7 +176,6 @@ class DockerProvider(SandboxProvider[DockerConfig]):
             # A half-started container is found by its pre-assigned name and removed.
             await asyncio.shield(self.remove(request.name))
             raise
-        return self.sandbox_class(request, self, slot, network=network)
 
     async def sandboxes(self) -> dict[str, dict[str, str] | None]:
         """Every anyswe container on this host, running or not, with its labels."""

@@ -1,15 +1,29 @@
-"""File transfer into and out of a sandbox as tar streams over exec stdin/stdout.
+"""File transfer into and out of a sandbox: tar streams for trees, typed errors for single files.
 
 One mechanism for every runtime: binary-safe, modes kept, no runtime-specific copy command.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from anyswe.errors import (
+    SandboxError,
+    SandboxFileError,
+    SandboxFileNotFoundError,
+    SandboxIsADirectoryError,
+    SandboxNotADirectoryError,
+    SandboxPermissionError,
+)
+
+if TYPE_CHECKING:
+    from anyswe._proc import ProcResult
 
 
 def tar_of_file(name: str, data: bytes, mode: int) -> bytes:
@@ -51,3 +65,24 @@ def untar_argv(dest_dir: PurePosixPath, *, keep_owner: bool = True) -> list[str]
     """The in-sandbox argv that unpacks a tar stream from stdin into ``dest_dir`` (created)."""
     flags = "" if keep_owner else " --no-same-owner"
     return ["sh", "-c", f'mkdir -p "$1" && tar -x{flags} -C "$1" -f -', "sh", str(dest_dir)]
+
+
+def raise_for_file_status(result: ProcResult, path: str, sandbox: str) -> None:
+    """Turn the helper's file-mode exit status (an errno) into the matching typed error."""
+    if result.exit_code == 0:
+        return
+    message = result.stderr.decode("utf-8", errors="replace").strip().rpartition(": ")[2] or "failed"
+    error = _FILE_ERRORS.get(result.exit_code)
+    if error is not None:
+        raise error(message, path)
+    raise SandboxError.from_proc(f"file operation on {path} failed in sandbox {sandbox}", result)
+
+
+_FILE_ERRORS: dict[int, type[SandboxFileError]] = {
+    errno.ENOENT: SandboxFileNotFoundError,
+    errno.EPERM: SandboxPermissionError,
+    errno.EACCES: SandboxPermissionError,
+    errno.EROFS: SandboxPermissionError,
+    errno.ENOTDIR: SandboxNotADirectoryError,
+    errno.EISDIR: SandboxIsADirectoryError,
+}

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from anyswe.errors import SandboxError
 from anyswe.sandbox.base import Sandbox, check_env
+from anyswe.sandbox.helper import HELPER_PATH, ensure_helper
 from anyswe.sandbox.labels import LABEL_SESSION
-from anyswe.sandbox.request import DockerRef, NetworkPolicy, ProviderConfig, SandboxRequest
-from anyswe.sandbox.slots import Slot, Slots
+from anyswe.sandbox.request import DockerRef, Mount, NetworkPolicy, ProviderConfig, SandboxRequest
+from anyswe.sandbox.slots import Slots
 
 C = TypeVar("C", bound=ProviderConfig)
 
@@ -27,14 +29,20 @@ class SandboxProvider(ABC, Generic[C]):
     name: ClassVar[str]
     config_class: ClassVar[type[ProviderConfig]]
     networks: ClassVar[tuple[NetworkPolicy, ...]]
+    sandbox_class: ClassVar[type[Sandbox[Any]]]
 
     def __init__(self, config: C) -> None:
         self.config = config
         self.slots = Slots(config.concurrency)
+        self._workdirs: dict[str, str] = {}
 
     @abstractmethod
-    async def _start(self, request: SandboxRequest, network: NetworkPolicy, slot: Slot) -> Sandbox[Any]:
-        """Start the sandbox; on any failure remove what was half-started, then raise."""
+    async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> None:
+        """Start the container/instance; on any failure remove what was half-started, then raise."""
+
+    @abstractmethod
+    async def _image_workdir(self, image: str) -> str:
+        """The image's WORKDIR ("" or "/" when it sets none)."""
 
     @abstractmethod
     async def check(self) -> None:
@@ -83,19 +91,37 @@ class SandboxProvider(ABC, Generic[C]):
             )
         return network
 
+    async def image_workdir(self, image: str) -> str:
+        """Where commands run by default in sandboxes of ``image`` (its WORKDIR), the same on every runtime."""
+        if image not in self._workdirs:
+            workdir = await self._image_workdir(image)
+            self._workdirs[image] = workdir if workdir.startswith("/") else "/"
+        return self._workdirs[image]
+
     async def start(self, request: SandboxRequest | str, *, run_id: str = "", task_id: str = "") -> Sandbox[Any]:
-        """Start a sandbox (from a request, or an image name), waiting for a free concurrency slot first."""
+        """Start a sandbox (from a request, or an image name), waiting for a free concurrency slot first.
+
+        Every sandbox gets anyswe's helper bind-mounted read-only (see ``helper/``).
+        """
         if isinstance(request, str):
             request = SandboxRequest(image=request, run_id=run_id, task_id=task_id)
         check_env(request.env)
         network = self._network(request)
+        helper = Mount(str(await ensure_helper()), HELPER_PATH)
+        request = dataclasses.replace(request, mounts=(*request.mounts, helper))
         slot = await self.slots.take()
         try:
-            timeout = self.config.startup_timeout
-            return await asyncio.wait_for(self._start(request, network, slot), timeout)
+            await asyncio.wait_for(self._start(request, network), self.config.startup_timeout)
         except BaseException:
             slot.release()
             raise
+        try:
+            workdir = await self.image_workdir(request.image)
+        except BaseException:
+            await asyncio.shield(self.remove(request.name))
+            slot.release()
+            raise
+        return self.sandbox_class(request, self, slot, network=network, workdir=workdir)
 
     @contextlib.asynccontextmanager
     async def sandbox(

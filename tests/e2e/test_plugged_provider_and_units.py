@@ -17,8 +17,7 @@ from anyswe.execute.unit import make_unit
 from anyswe.experiment import Experiment
 from anyswe.results.schema import TaskResult
 from anyswe.sandbox import NetworkPolicy, SandboxRequest
-from anyswe.sandbox.docker import DockerConfig, DockerProvider, DockerSandbox
-from anyswe.sandbox.slots import Slot
+from anyswe.sandbox.docker import DockerConfig, DockerProvider
 
 pytestmark = pytest.mark.containers
 
@@ -39,9 +38,9 @@ class CountingDocker(DockerProvider):
     config_class = CountingConfig
     started: ClassVar[list[str]] = []
 
-    async def _start(self, request: SandboxRequest, network: NetworkPolicy, slot: Slot) -> DockerSandbox:
+    async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> None:
         CountingDocker.started.append(request.image)
-        return await super()._start(request, network, slot)
+        await super()._start(request, network)
 
 
 SPEC = f"""\

@@ -1,0 +1,329 @@
+/*
+ * anyswe-exec: the one program anyswe runs inside every sandbox, on every runtime.
+ *
+ * Built statically on the host from this file and bind-mounted read-only at /.anyswe/bin/anyswe-exec,
+ * it gives docker and apptainer the same semantics whatever the image holds (no sh, timeout or
+ * runuser needed from the image's PATH):
+ *
+ *   anyswe-exec [-e ENVFILE] [-a ARGSFILE] [-C DIR] [-u USER] [-t SECS] [-k SECS] -- ARGV...
+ *       run ARGV in DIR as USER with a timeout; exit codes as a shell gives them on both runtimes:
+ *       the command's own, 128+N for a death by signal N, 127 command not found, 126 not executable
+ *       (or DIR / USER unusable: a message on stderr names it), 124 timed out (the whole process
+ *       group is killed: TERM, then KILL after the grace).
+ *       ENVFILE and ARGSFILE hold NUL-separated KEY=VALUE entries / arguments (so neither values
+ *       nor a megabyte of arguments go through a runtime's command line); both are deleted once read.
+ *   anyswe-exec [-u USER] --write PATH MODE     stdin -> PATH (parents created), mode MODE (octal)
+ *   anyswe-exec [-u USER] --read PATH           PATH -> stdout
+ *       file modes exit with the errno of the failure (2 not found, 13 permission denied,
+ *       20 not a directory, 21 is a directory) and say which path on stderr.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_GROUPS 256
+
+static void die(int code, const char *what, const char *detail) {
+    fprintf(stderr, "anyswe-exec: %s: %s\n", what, detail);
+    exit(code);
+}
+
+/* The whole content of a file (NUL-terminated too), or NULL with errno set. */
+static char *slurp(const char *path, size_t *len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap + 1);
+    for (;;) {
+        if (n == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap + 1);
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) { close(fd); free(buf); return NULL; }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* Split a NUL-separated buffer into a NULL-terminated vector. */
+static char **split0(char *buf, size_t len, size_t *count) {
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) if (buf[i] == '\0') n++;
+    if (len && buf[len - 1] != '\0') n++;
+    char **out = calloc(n + 1, sizeof(char *));
+    size_t k = 0;
+    char *p = buf;
+    while (p < buf + len) {
+        out[k++] = p;
+        p += strlen(p) + 1;
+    }
+    *count = k;
+    return out;
+}
+
+static void load_env(const char *path) {
+    size_t len, n;
+    char *buf = slurp(path, &len);
+    if (!buf) die(126, path, strerror(errno));
+    unlink(path);
+    char **entries = split0(buf, len, &n);
+    for (size_t i = 0; i < n; i++) {
+        char *eq = strchr(entries[i], '=');
+        if (!eq || eq == entries[i]) die(126, path, "malformed environment entry");
+        *eq = '\0';
+        setenv(entries[i], eq + 1, 1);
+    }
+}
+
+/* Field `index` (0-based) of a colon-separated line, copied into out. */
+static int field(const char *line, int index, char *out, size_t size) {
+    const char *p = line;
+    for (int i = 0; i < index; i++) {
+        p = strchr(p, ':');
+        if (!p) return 0;
+        p++;
+    }
+    size_t n = strcspn(p, ":\n");
+    if (n >= size) n = size - 1;
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return 1;
+}
+
+struct account { uid_t uid; gid_t gid; char home[4096]; char name[256]; };
+
+/* Look USER up in /etc/passwd by name or number, without NSS (the binary is static). */
+static int find_user(const char *user, struct account *acc) {
+    FILE *f = fopen("/etc/passwd", "re");
+    char line[8192], name[256], num[32];
+    int numeric = user[0] && strspn(user, "0123456789") == strlen(user);
+    if (f) {
+        while (fgets(line, sizeof line, f)) {
+            if (!field(line, 0, name, sizeof name) || !field(line, 2, num, sizeof num)) continue;
+            if (numeric ? strcmp(num, user) == 0 : strcmp(name, user) == 0) {
+                acc->uid = (uid_t)strtoul(num, NULL, 10);
+                field(line, 3, num, sizeof num);
+                acc->gid = (gid_t)strtoul(num, NULL, 10);
+                field(line, 5, acc->home, sizeof acc->home);
+                snprintf(acc->name, sizeof acc->name, "%s", name);
+                fclose(f);
+                return 1;
+            }
+        }
+        fclose(f);
+    }
+    if (!numeric) return 0;
+    /* A uid with no passwd entry: docker runs it with gid 0 and HOME=/. */
+    acc->uid = (uid_t)strtoul(user, NULL, 10);
+    acc->gid = 0;
+    snprintf(acc->home, sizeof acc->home, "/");
+    acc->name[0] = '\0';
+    return 1;
+}
+
+/* The primary group plus every /etc/group entry that lists the user, as docker --user sets them. */
+static size_t groups_of(const struct account *acc, gid_t *groups) {
+    size_t n = 0;
+    groups[n++] = acc->gid;
+    FILE *f = fopen("/etc/group", "re");
+    if (!f || !acc->name[0]) { if (f) fclose(f); return n; }
+    char line[65536], members[65000], num[32];
+    while (fgets(line, sizeof line, f) && n < MAX_GROUPS) {
+        if (!field(line, 2, num, sizeof num) || !field(line, 3, members, sizeof members)) continue;
+        for (char *m = strtok(members, ","); m; m = strtok(NULL, ",")) {
+            if (strcmp(m, acc->name) == 0) { groups[n++] = (gid_t)strtoul(num, NULL, 10); break; }
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+static void become(const char *user) {
+    struct account acc;
+    gid_t groups[MAX_GROUPS];
+    if (!find_user(user, &acc)) die(126, user, "no such user in /etc/passwd");
+    size_t n = groups_of(&acc, groups);
+    if (setgroups(n, groups) != 0 || setgid(acc.gid) != 0 || setuid(acc.uid) != 0)
+        die(126, user, strerror(errno));
+    setenv("HOME", acc.home[0] ? acc.home : "/", 1);
+}
+
+static int mkparents(char *path) {
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        int r = mkdir(path, 0755);
+        int e = errno;
+        *p = '/';
+        if (r != 0 && e != EEXIST) { errno = e; return -1; }
+    }
+    return 0;
+}
+
+static int write_mode(const char *path, const char *mode) {
+    char *parents = strdup(path);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) die(EISDIR, path, "Is a directory");
+    if (mkparents(parents) != 0) die(errno, path, strerror(errno));
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)strtoul(mode, NULL, 8));
+    if (fd < 0) die(errno, path, strerror(errno));
+    char buf[65536];
+    for (;;) {
+        ssize_t r = read(0, buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) die(errno, "stdin", strerror(errno));
+        if (r == 0) break;
+        for (ssize_t off = 0; off < r;) {
+            ssize_t w = write(fd, buf + off, (size_t)(r - off));
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) die(errno, path, strerror(errno));
+            off += w;
+        }
+    }
+    if (fchmod(fd, (mode_t)strtoul(mode, NULL, 8)) != 0 && errno != EPERM) die(errno, path, strerror(errno));
+    if (close(fd) != 0) die(errno, path, strerror(errno));
+    return 0;
+}
+
+static int read_mode(const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) die(EISDIR, path, "Is a directory");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) die(errno, path, strerror(errno));
+    char buf[65536];
+    for (;;) {
+        ssize_t r = read(fd, buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) die(errno, path, strerror(errno));
+        if (r == 0) break;
+        for (ssize_t off = 0; off < r;) {
+            ssize_t w = write(1, buf + off, (size_t)(r - off));
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) die(errno, "stdout", strerror(errno));
+            off += w;
+        }
+    }
+    return 0;
+}
+
+static volatile sig_atomic_t forwarded = 0;
+static pid_t child = -1;
+
+static void forward(int sig) {
+    forwarded = sig;
+    if (child > 0) kill(-child, sig);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Wait for the child until `deadline` (0: forever); 1 if it ended (status set), 0 on deadline. */
+static int wait_until(double deadline, int *status) {
+    for (;;) {
+        pid_t r = waitpid(child, status, deadline > 0 ? WNOHANG : 0);
+        if (r == child) return 1;
+        if (r < 0 && errno != EINTR) return 1;
+        if (deadline > 0) {
+            if (now() >= deadline) return 0;
+            struct timespec nap = {0, 20 * 1000 * 1000};
+            nanosleep(&nap, NULL);
+        }
+    }
+}
+
+static int run(char **argv, double timeout, double grace) {
+    struct sigaction sa = {0};
+    sa.sa_handler = forward;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    child = fork();
+    if (child < 0) die(126, "fork", strerror(errno));
+    if (child == 0) {
+        setpgid(0, 0);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        execvp(argv[0], argv);
+        int e = errno;
+        fprintf(stderr, "anyswe-exec: %s: %s\n", argv[0], strerror(e));
+        _exit(e == ENOENT ? 127 : 126);
+    }
+    setpgid(child, child);
+    int status = 0;
+    int ended = wait_until(timeout > 0 ? now() + timeout : 0, &status);
+    if (!ended) {
+        kill(-child, SIGTERM);
+        if (!wait_until(now() + grace, &status)) {
+            kill(-child, SIGKILL);
+            wait_until(0, &status);
+        }
+        kill(-child, SIGKILL); /* stragglers of the group */
+        return 124;
+    }
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = NULL, *user = NULL, *envfile = NULL, *argsfile = NULL;
+    double timeout = 0, grace = 5;
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) { i++; break; }
+        if (strcmp(a, "--write") == 0 && i + 2 < argc) {
+            if (user) become(user);
+            return write_mode(argv[i + 1], argv[i + 2]);
+        }
+        if (strcmp(a, "--read") == 0 && i + 1 < argc) {
+            if (user) become(user);
+            return read_mode(argv[i + 1]);
+        }
+        if (i + 1 >= argc) die(126, a, "missing value");
+        if (strcmp(a, "-C") == 0) dir = argv[++i];
+        else if (strcmp(a, "-u") == 0) user = argv[++i];
+        else if (strcmp(a, "-t") == 0) timeout = strtod(argv[++i], NULL);
+        else if (strcmp(a, "-k") == 0) grace = strtod(argv[++i], NULL);
+        else if (strcmp(a, "-e") == 0) envfile = argv[++i];
+        else if (strcmp(a, "-a") == 0) argsfile = argv[++i];
+        else die(126, a, "unknown option");
+    }
+    char **cmd = argv + i;
+    size_t n = (size_t)(argc - i);
+    /* Both files are read as the caller (root), before privileges are dropped. */
+    if (envfile) load_env(envfile);
+    if (argsfile) {
+        size_t len;
+        char *buf = slurp(argsfile, &len);
+        if (!buf) die(126, argsfile, strerror(errno));
+        unlink(argsfile);
+        cmd = split0(buf, len, &n);
+    }
+    if (n == 0) die(126, "command", "empty");
+    if (user) become(user);
+    if (dir && chdir(dir) != 0) {
+        fprintf(stderr, "anyswe-exec: cannot change directory to %s: %s\n", dir, strerror(errno));
+        return 126;
+    }
+    return run(cmd, timeout, grace);
+}
