@@ -30,7 +30,7 @@ from anyswe.errors import DatasetError, ImageNotFound, RuntimeNotAvailable, Sand
 from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.labels import NAME_PREFIX
 from anyswe.sandbox.provider import SandboxProvider
-from anyswe.sandbox.request import DockerRef, NetworkPolicy, ProviderConfig, SandboxRequest, neutral
+from anyswe.sandbox.request import SANDBOX_HOSTNAME, DockerRef, NetworkPolicy, ProviderConfig, SandboxRequest, neutral
 
 
 def default_state_dir() -> Path:
@@ -63,6 +63,9 @@ DOCKER_DEFAULT_CAPS = (
 
 
 class ApptainerSandbox(Sandbox["ApptainerProvider"]):
+    # Apptainer adds its own variables (APPTAINER_*, a prompt, a library path) to every process.
+    helper_flags = ("-S",)
+
     def _exec_argv(self, inner: list[str], *, env_file: Path | None, stdin: bool) -> list[str]:
         # --cleanenv again on exec: without it the host environment is passed into the command.
         # --pwd /: the helper changes to the working directory itself (-C), as on docker.
@@ -132,7 +135,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
 
     def _start_argv(self, request: SandboxRequest, network: NetworkPolicy, state: Path) -> list[str]:
         cfg = self.config
-        argv = [cfg.binary, "instance", "start", "--contain", "--cleanenv"]
+        argv = [cfg.binary, "instance", "start", "--contain", "--cleanenv", "--hostname", SANDBOX_HOSTNAME]
         argv += ["--overlay", str(state / "overlay.img"), "--workdir", str(state / "work")]
         for m in request.mounts:
             argv += ["--bind", f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"]

@@ -69,6 +69,9 @@ P = TypeVar("P", bound="SandboxProvider[Any]")
 class Sandbox(ABC, Generic[P]):
     """One running container: exec, files in and out, stop. Use it as an async context manager."""
 
+    #: Options a runtime needs the helper to take on every command (apptainer: scrub its own env).
+    helper_flags: tuple[str, ...] = ()
+
     def __init__(
         self, request: SandboxRequest, provider: P, slot: Slot, *, network: NetworkPolicy, workdir: str = "/"
     ) -> None:
@@ -152,7 +155,7 @@ class Sandbox(ABC, Generic[P]):
             path = f"/tmp/.anyswe-args-{uuid.uuid4().hex}"
             await self.write_file(path, b"".join(a.encode() + b"\0" for a in argv), mode=0o600)
             options, argv = [*options, "-a", path], []
-        options += ["-C", cwd]
+        options = [*self.helper_flags, *options, "-C", cwd]
         if user:
             options += ["-u", user]
         if timeout is not None:

@@ -22,7 +22,7 @@ from anyswe.errors import ImageNotFound, RuntimeNotAvailable, SandboxStartError
 from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.labels import LABEL_MANAGED
 from anyswe.sandbox.provider import SandboxProvider
-from anyswe.sandbox.request import DockerRef, NetworkPolicy, ProviderConfig, SandboxRequest
+from anyswe.sandbox.request import SANDBOX_HOSTNAME, DockerRef, NetworkPolicy, ProviderConfig, SandboxRequest
 
 if TYPE_CHECKING:
     from python_on_whales import DockerClient
@@ -128,6 +128,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         return {
             "detach": True,
             "name": request.name,
+            "hostname": SANDBOX_HOSTNAME,
             "labels": request.labels(),
             "init": True,
             "pull": "never",

@@ -24,6 +24,9 @@ from anyswe.sandbox.labels import (
 #: ``none``: loopback only; ``bridge``: the runtime's private network (docker); ``host``: the host's own.
 NetworkPolicy = Literal["none", "bridge", "host"]
 
+#: Every sandbox's hostname, on every runtime (docker would use the container id, apptainer the host's).
+SANDBOX_HOSTNAME = "sandbox"
+
 #: Gives the docker reference of a task's image (building it first if need be).
 DockerRef = Callable[[], Awaitable[str]]
 

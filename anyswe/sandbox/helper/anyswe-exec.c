@@ -5,13 +5,16 @@
  * it gives docker and apptainer the same semantics whatever the image holds (no sh, timeout or
  * runuser needed from the image's PATH):
  *
- *   anyswe-exec [-e ENVFILE] [-a ARGSFILE] [-C DIR] [-u USER] [-t SECS] [-k SECS] -- ARGV...
+ *   anyswe-exec [-S] [-e ENVFILE] [-a ARGSFILE] [-C DIR] [-u USER] [-t SECS] [-k SECS] -- ARGV...
  *       run ARGV in DIR as USER with a timeout; exit codes as a shell gives them on both runtimes:
  *       the command's own, 128+N for a death by signal N, 127 command not found, 126 not executable
  *       (or DIR / USER unusable: a message on stderr names it), 124 timed out (the whole process
  *       group is killed: TERM, then KILL after the grace).
  *       ENVFILE and ARGSFILE hold NUL-separated KEY=VALUE entries / arguments (so neither values
  *       nor a megabyte of arguments go through a runtime's command line); both are deleted once read.
+ *       -S removes what apptainer adds to every process's environment (APPTAINER_*, SINGULARITY_*,
+ *       its prompt, its library path entry, PWD, TERM) and sets HOSTNAME as docker does.
+ *       Root keeps its /etc/group groups, and no capability is inheritable or ambient: as under docker.
  *   anyswe-exec [-u USER] --write PATH MODE     stdin -> PATH (parents created), mode MODE (octal)
  *   anyswe-exec [-u USER] --read PATH           PATH -> stdout
  *       file modes exit with the errno of the failure (2 not found, 13 permission denied,
@@ -21,11 +24,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -164,6 +170,62 @@ static void become(const char *user) {
     setenv("HOME", acc.home[0] ? acc.home : "/", 1);
 }
 
+/* Docker gives no inheritable or ambient capabilities; apptainer's --add-caps sets both. */
+static void docker_like_caps(void) {
+    struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &header, data) == 0) {
+        data[0].inheritable = data[1].inheritable = 0;
+        syscall(SYS_capset, &header, data);
+    }
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+}
+
+/* Root's supplementary groups from /etc/group, as docker sets them (apptainer leaves none). */
+static void own_groups(void) {
+    struct account acc;
+    gid_t groups[MAX_GROUPS];
+    char uid[32];
+    if (getuid() != 0) return;
+    snprintf(uid, sizeof uid, "%u", (unsigned)getuid());
+    if (!find_user(uid, &acc)) return;
+    size_t n = groups_of(&acc, groups);
+    setgroups(n, groups);
+}
+
+static void scrub_runtime_env(void) {
+    extern char **environ;
+    char name[256];
+    for (size_t i = 0; environ[i];) {
+        size_t n = strcspn(environ[i], "=");
+        if (n < sizeof name && (strncmp(environ[i], "APPTAINER_", 10) == 0 || strncmp(environ[i], "SINGULARITY_", 12) == 0)) {
+            memcpy(name, environ[i], n);
+            name[n] = '\0';
+            unsetenv(name);
+            continue;
+        }
+        i++;
+    }
+    const char *prompt = getenv("PS1");
+    if (prompt && strstr(prompt, "Apptainer")) unsetenv("PS1");
+    const char *command = getenv("PROMPT_COMMAND");
+    if (command && strstr(command, "Apptainer")) unsetenv("PROMPT_COMMAND");
+    unsetenv("PWD");
+    unsetenv("TERM");
+    const char *libs = getenv("LD_LIBRARY_PATH");
+    if (libs) {
+        char *kept = strdup(libs), *out = calloc(strlen(libs) + 1, 1);
+        for (char *part = strtok(kept, ":"); part; part = strtok(NULL, ":")) {
+            if (strcmp(part, "/.singularity.d/libs") == 0) continue;
+            if (*out) strcat(out, ":");
+            strcat(out, part);
+        }
+        if (*out) setenv("LD_LIBRARY_PATH", out, 1); else unsetenv("LD_LIBRARY_PATH");
+    }
+    char host[256];
+    if (!getenv("HOSTNAME") && gethostname(host, sizeof host) == 0) setenv("HOSTNAME", host, 1);
+}
+
 static int mkparents(char *path) {
     for (char *p = path + 1; *p; p++) {
         if (*p != '/') continue;
@@ -288,9 +350,12 @@ int main(int argc, char **argv) {
     const char *dir = NULL, *user = NULL, *envfile = NULL, *argsfile = NULL;
     double timeout = 0, grace = 5;
     int i = 1;
+    docker_like_caps();
+    own_groups();
     for (; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--") == 0) { i++; break; }
+        if (strcmp(a, "-S") == 0) { scrub_runtime_env(); continue; }
         if (strcmp(a, "--write") == 0 && i + 2 < argc) {
             if (user) become(user);
             return write_mode(argv[i + 1], argv[i + 2]);
