@@ -320,3 +320,61 @@ def test_env_values_never_reach_a_command_line(
 
     run(go())
     assert seen and not [a for a in seen if any(secret in part for part in a)]
+
+
+def test_file_errors_are_typed_and_not_infra(provider_image: tuple[str, str]) -> None:
+    from anyswe.errors import (
+        SandboxFileError,
+        SandboxFileNotFoundError,
+        SandboxIsADirectoryError,
+        SandboxNotADirectoryError,
+        SandboxPermissionError,
+    )
+
+    name, image = provider_image
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(image) as sb:
+            await sb.exec(["mkdir", "-p", "/srv/full/inside", "/srv/empty"])
+            cases = [
+                (sb.read_file("/srv/missing"), SandboxFileNotFoundError, FileNotFoundError),
+                (sb.read_file("/srv/full"), SandboxIsADirectoryError, IsADirectoryError),
+                (sb.write_file("/srv/empty", b"x"), SandboxIsADirectoryError, IsADirectoryError),
+                (sb.write_file("/srv/full", b"x"), SandboxIsADirectoryError, IsADirectoryError),
+                (sb.write_file("/etc/hostname/x", b"x"), SandboxNotADirectoryError, NotADirectoryError),
+                (sb.write_file("/root/secret", b"x", user="nobody"), SandboxPermissionError, PermissionError),
+                (sb.read_file("/etc/shadow", user="nobody"), SandboxPermissionError, PermissionError),
+            ]
+            for call, error, builtin in cases:
+                with pytest.raises(error) as info:
+                    await call
+                assert isinstance(info.value, builtin) and isinstance(info.value, SandboxFileError)
+                assert not isinstance(info.value, InfraError)
+            # Nothing was replaced: the directories are still directories.
+            assert (await sb.exec(["test", "-d", "/srv/empty"])).ok and (await sb.exec(["test", "-d", "/srv/full"])).ok
+            # A relative path is taken from the working directory; a relative workdir is refused.
+            await sb.write_file("rel.txt", b"here")
+            assert (await sb.read_file(f"{sb.default_workdir.rstrip('/')}/rel.txt")) == b"here"
+            with pytest.raises(ValueError, match="absolute"):
+                await sb.exec(["true"], workdir="relative/dir")
+
+    run(go())
+
+
+def test_large_argument_lists_and_callers_mistakes_are_results(provider_image: tuple[str, str]) -> None:
+    name, image = provider_image
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(image) as sb:
+            chunk = "y" * (100 * 1024)
+            r = await sb.exec(["printf", "%s", *([chunk] * 12)])  # 1.2 MiB of argv
+            assert r.ok and len(r.stdout) == 12 * len(chunk)
+            assert (await sb.exec(["/no/such/tool"])).exit_code == 127
+            assert (await sb.exec(["/etc/hostname"])).exit_code == 126
+            r = await sb.exec(["true"], workdir="/no/such/dir")
+            assert r.exit_code == 126 and "/no/such/dir" in r.stderr
+            r = await sb.exec(["true"], user="no-such-user")
+            assert r.exit_code == 126 and "no-such-user" in r.stderr
+            assert (await sb.exec(["sh", "-c", "kill -KILL $$"])).exit_code == 137
+
+    run(go())
