@@ -15,11 +15,12 @@ from anyswe.registry import Registry
 from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.labels import gc
 from anyswe.sandbox.provider import SandboxProvider
-from anyswe.sandbox.request import ExecResult, Mount, NetworkPolicy, ProviderConfig, SandboxRequest, neutral
+from anyswe.sandbox.request import ExecResult, Gateway, Mount, NetworkPolicy, ProviderConfig, SandboxRequest, neutral
 
 __all__ = [
     "PROVIDERS",
     "ExecResult",
+    "Gateway",
     "Mount",
     "NetworkPolicy",
     "ProviderConfig",

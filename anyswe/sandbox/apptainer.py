@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -43,7 +43,7 @@ class ApptainerConfig(ProviderConfig):
     type: str = "apptainer"
     binary: str = neutral(default="apptainer", description="The apptainer (or singularity) executable.")
     overlay_size_mb: int = Field(default=4096, ge=64, description="Writable overlay per sandbox (sparse).")
-    network: NetworkPolicy = Field(default="host", description="Default network: host, or none (isolated).")
+    network: Literal["host", "none"] = Field(default="host", description="Default network: host, or none.")
     state_dir: Path = neutral(default_factory=default_state_dir, description="Overlays and work dirs.")
     extra_options: list[str] = neutral(default_factory=list, description="Extra `instance start` options.")
     sif: str | None = neutral(
@@ -91,7 +91,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
 
     name = "apptainer"
     config_class = ApptainerConfig
-    networks: ClassVar[tuple[NetworkPolicy, ...]] = ("host", "none")
+    networks: ClassVar[tuple[NetworkPolicy, ...]] = ("host", "none", "gateway")
     sandbox_class = ApptainerSandbox
 
     def __init__(self, config: ApptainerConfig | None = None) -> None:
@@ -125,7 +125,8 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         return self.config.network
 
     def host_address(self, network: NetworkPolicy) -> str | None:
-        # Without --net the instance shares the host's network namespace, loopback included.
+        # Without --net the instance shares the host's network namespace, loopback included;
+        # a gateway sandbox reaches its relay at its own loopback.
         return None if network == "none" else "127.0.0.1"
 
     async def _run_checked(self, argv: list[str], what: str, timeout: float | None = None) -> None:
@@ -139,7 +140,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         argv += ["--overlay", str(state / "overlay.img"), "--workdir", str(state / "work")]
         for m in request.mounts:
             argv += ["--bind", f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"]
-        if network == "none":
+        if network in ("none", "gateway"):
             argv += ["--net", "--network", "none"]
         return [*argv, *cfg.extra_options, request.image, request.name]
 

@@ -22,10 +22,19 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from anyswe import _proc
-from anyswe.errors import SandboxError, SandboxExecError
+from anyswe.errors import SandboxError, SandboxExecError, SandboxStartError
 from anyswe.sandbox import files
 from anyswe.sandbox.helper import HELPER_PATH
-from anyswe.sandbox.request import ExecResult, Mount, NetworkPolicy, ProviderConfig, SandboxRequest, neutral
+from anyswe.sandbox.request import (
+    GATEWAY_DIR,
+    ExecResult,
+    Gateway,
+    Mount,
+    NetworkPolicy,
+    ProviderConfig,
+    SandboxRequest,
+    neutral,
+)
 from anyswe.sandbox.slots import Slot
 
 if TYPE_CHECKING:
@@ -97,6 +106,19 @@ class Sandbox(ABC, Generic[P]):
     def host_address(self) -> str | None:
         """The address at which this sandbox reaches a service listening on the host, or None (no network)."""
         return self.provider.host_address(self.network)
+
+    @property
+    def gateway_address(self) -> str | None:
+        """``127.0.0.1:<port>``: where a ``gateway`` sandbox reaches its one host service (else None)."""
+        gateway = self.request.gateway
+        return None if gateway is None else f"127.0.0.1:{gateway.port}"
+
+    async def open_gateway(self, gateway: Gateway) -> None:
+        """Start the helper's relay from 127.0.0.1:port inside to the host's socket (at sandbox start)."""
+        inside = f"{GATEWAY_DIR}/{PurePosixPath(gateway.socket).name}"
+        r = await self._run([HELPER_PATH, "--forward", str(gateway.port), inside], timeout=60)
+        if r.exit_code != 0:
+            raise SandboxStartError.from_proc(f"could not open the gateway relay in sandbox {self.name}", r)
 
     # -- provider-specific ------------------------------------------------------------------------
 

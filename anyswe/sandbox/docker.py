@@ -13,7 +13,7 @@ import ipaddress
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -34,7 +34,7 @@ class DockerConfig(ProviderConfig):
     type: str = "docker"
     cpus: float | None = Field(default=None, gt=0, description="CPU limit per sandbox (docker --cpus).")
     memory: str | None = Field(default=None, description="Memory limit per sandbox, e.g. '4g'.")
-    network: NetworkPolicy = Field(default="bridge", description="Default network: bridge, none or host.")
+    network: Literal["bridge", "none", "host"] = Field(default="bridge", description="Default network.")
     pids_limit: int | None = Field(default=None, gt=0)
 
 
@@ -73,7 +73,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
 
     name = "docker"
     config_class = DockerConfig
-    networks: ClassVar[tuple[NetworkPolicy, ...]] = ("bridge", "none", "host")
+    networks: ClassVar[tuple[NetworkPolicy, ...]] = ("bridge", "none", "host", "gateway")
     sandbox_class = DockerSandbox
 
     def __init__(self, config: DockerConfig | None = None) -> None:
@@ -111,7 +111,8 @@ class DockerProvider(SandboxProvider[DockerConfig]):
     def host_address(self, network: NetworkPolicy) -> str | None:
         if network == "none":
             return None
-        return "127.0.0.1" if network == "host" else self._bridge_gateway
+        # gateway: the helper's relay inside the sandbox; host: the host's own loopback.
+        return "127.0.0.1" if network in ("host", "gateway") else self._bridge_gateway
 
     async def remove(self, name: str) -> None:
         from python_on_whales.exceptions import NoSuchContainer
@@ -134,7 +135,8 @@ class DockerProvider(SandboxProvider[DockerConfig]):
             "pull": "never",
             "cpus": cfg.cpus,
             "memory": cfg.memory,
-            "networks": [network],
+            # A gateway sandbox has no network at all: its one way out is a relayed unix socket.
+            "networks": ["none" if network == "gateway" else network],
             "pids_limit": cfg.pids_limit,
             "mounts": mounts,
         }

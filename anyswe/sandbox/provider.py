@@ -7,13 +7,14 @@ import contextlib
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from anyswe.errors import SandboxError
 from anyswe.sandbox.base import Sandbox, check_env
 from anyswe.sandbox.helper import HELPER_PATH, ensure_helper
 from anyswe.sandbox.labels import LABEL_SESSION
-from anyswe.sandbox.request import DockerRef, Mount, NetworkPolicy, ProviderConfig, SandboxRequest
+from anyswe.sandbox.request import GATEWAY_DIR, DockerRef, Mount, NetworkPolicy, ProviderConfig, SandboxRequest
 from anyswe.sandbox.slots import Slots
 
 C = TypeVar("C", bound=ProviderConfig)
@@ -89,6 +90,8 @@ class SandboxProvider(ABC, Generic[C]):
             raise SandboxError(
                 f"{self.name} sandboxes cannot have network {network!r} (supported: {', '.join(self.networks)})"
             )
+        if (network == "gateway") != (request.gateway is not None):
+            raise ValueError("network 'gateway' needs the request's `gateway` socket, and only it takes one")
         return network
 
     async def image_workdir(self, image: str) -> str:
@@ -107,8 +110,10 @@ class SandboxProvider(ABC, Generic[C]):
             request = SandboxRequest(image=request, run_id=run_id, task_id=task_id)
         check_env(request.env)
         network = self._network(request)
-        helper = Mount(str(await ensure_helper()), HELPER_PATH)
-        request = dataclasses.replace(request, mounts=(*request.mounts, helper))
+        mounts = [Mount(str(await ensure_helper()), HELPER_PATH)]
+        if request.gateway is not None:
+            mounts.append(Mount(str(Path(request.gateway.socket).parent), GATEWAY_DIR, read_only=False))
+        request = dataclasses.replace(request, mounts=(*request.mounts, *mounts))
         slot = await self.slots.take()
         try:
             await asyncio.wait_for(self._start(request, network), self.config.startup_timeout)
@@ -116,12 +121,16 @@ class SandboxProvider(ABC, Generic[C]):
             slot.release()
             raise
         try:
-            workdir = await self.image_workdir(request.image)
+            sandbox = self.sandbox_class(
+                request, self, slot, network=network, workdir=await self.image_workdir(request.image)
+            )
+            if request.gateway is not None:
+                await sandbox.open_gateway(request.gateway)
         except BaseException:
             await asyncio.shield(self.remove(request.name))
             slot.release()
             raise
-        return self.sandbox_class(request, self, slot, network=network, workdir=workdir)
+        return sandbox
 
     @contextlib.asynccontextmanager
     async def sandbox(

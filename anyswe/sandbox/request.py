@@ -21,8 +21,12 @@ from anyswe.sandbox.labels import (
     current_session,
 )
 
-#: ``none``: loopback only; ``bridge``: the runtime's private network (docker); ``host``: the host's own.
-NetworkPolicy = Literal["none", "bridge", "host"]
+#: ``none``: loopback only; ``bridge``: the runtime's private network (docker); ``host``: the host's
+#: own; ``gateway``: no network, except one host service (a unix socket) at 127.0.0.1:<port> inside.
+NetworkPolicy = Literal["none", "bridge", "host", "gateway"]
+
+#: Where a ``gateway`` sandbox finds the host service's socket directory.
+GATEWAY_DIR = "/.anyswe/gateway"
 
 #: Every sandbox's hostname, on every runtime (docker would use the container id, apptainer the host's).
 SANDBOX_HOSTNAME = "sandbox"
@@ -102,6 +106,21 @@ class Mount:
             raise FileNotFoundError(f"mount source does not exist: {self.source}")
 
 
+@dataclass(frozen=True)
+class Gateway:
+    """The one host service a ``gateway`` sandbox may reach: a unix socket on the host, seen inside
+    the sandbox as ``127.0.0.1:port`` (anyswe's helper relays each connection to the socket)."""
+
+    socket: str
+    port: int = 8765
+
+    def __post_init__(self) -> None:
+        if not Path(self.socket).is_socket():
+            raise FileNotFoundError(f"gateway socket does not exist: {self.socket}")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"gateway port out of range: {self.port}")
+
+
 @dataclass
 class SandboxRequest:
     """What to start: the image, what to bind in, the env every command gets, the network, labels."""
@@ -114,6 +133,8 @@ class SandboxRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     #: None: the provider's configured network.
     network: NetworkPolicy | None = None
+    #: The host service a ``gateway`` network reaches (required with it, refused without it).
+    gateway: Gateway | None = None
     name: str = field(default_factory=lambda: f"{NAME_PREFIX}{uuid.uuid4().hex[:16]}")
     session: str = field(default_factory=current_session)
     owner: str = field(default_factory=current_owner)

@@ -176,3 +176,74 @@ def test_streaming_exec_delivers_output_as_it_comes(provider_image: tuple[str, s
 
     run(go())
     assert sorted(log.read_text().split()) == ["err", "first", "second"]
+
+
+@pytest.fixture
+def unix_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """An HTTP service on a unix socket on the host (what the model gateway will be)."""
+    import socketserver
+
+    directory = tmp_path_factory.mktemp("gw")
+    path = str(directory / "gateway.sock")
+    token = uuid.uuid4().hex
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = f"{token} {self.path}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def address_string(self) -> str:
+            return "unix"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+        daemon_threads = True
+
+    server = Server(path, Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield path, token
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_gateway_network_reaches_its_service_and_nothing_else(
+    provider_image: tuple[str, str], unix_service: tuple[str, str], host_server: tuple[str, int, str]
+) -> None:
+    from anyswe.sandbox import Gateway
+
+    name, image = provider_image
+    socket_path, token = unix_service
+    address, port, host_token = host_server
+
+    async def go() -> None:
+        request = SandboxRequest(image, network="gateway", gateway=Gateway(socket_path, port=7777))
+        async with get_provider(name).sandbox(request) as sb:
+            assert sb.gateway_address == "127.0.0.1:7777" and sb.host_address == "127.0.0.1"
+            for path in ("/v1/messages", "/v1/chat/completions"):
+                r = await sb.exec(["python3", "-c", FETCH, f"http://{sb.gateway_address}{path}"], timeout=30)
+                assert r.stdout.strip() == f"{token} {path}", r
+            r = await sb.exec(["ls", "/sys/class/net"])
+            assert r.stdout.split() == ["lo"], r
+            # The host's other services are out of reach (a listener on the bridge or loopback).
+            r = await sb.exec(["python3", "-c", FETCH, f"http://{address}:{port}/"], timeout=30)
+            assert r.stdout.startswith("unreachable") and host_token not in r.stdout, r
+
+    run(go())
+
+
+def test_gateway_needs_its_socket(provider_image: tuple[str, str], tmp_path: Path) -> None:
+    from anyswe.sandbox import Gateway
+
+    name, image = provider_image
+    with pytest.raises(ValueError, match="needs the request's `gateway`"):
+        run(get_provider(name).start(SandboxRequest(image, network="gateway")))
+    with pytest.raises(FileNotFoundError):
+        Gateway(str(tmp_path / "no.sock"))

@@ -19,19 +19,27 @@
  *   anyswe-exec [-u USER] --read PATH           PATH -> stdout
  *       file modes exit with the errno of the failure (2 not found, 13 permission denied,
  *       20 not a directory, 21 is a directory) and say which path on stderr.
+ *   anyswe-exec --forward PORT SOCKET
+ *       in the background, relay every TCP connection to 127.0.0.1:PORT to the unix socket SOCKET
+ *       (a host service bind-mounted in): the one way out of a sandbox with no network. Returns
+ *       once it listens.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -284,6 +292,77 @@ static int read_mode(const char *path) {
     return 0;
 }
 
+/* Copy both ways between a and b until both directions have ended. */
+static void relay(int a, int b) {
+    struct pollfd fds[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+    int open_dirs = 2;
+    char buf[65536];
+    while (open_dirs > 0) {
+        if (poll(fds, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            return;
+        }
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            int to = i == 0 ? b : a;
+            ssize_t r = read(fds[i].fd, buf, sizeof buf);
+            if (r <= 0) {
+                shutdown(to, SHUT_WR);
+                fds[i].fd = -1;
+                open_dirs--;
+                continue;
+            }
+            for (ssize_t off = 0; off < r;) {
+                ssize_t w = write(to, buf + off, (size_t)(r - off));
+                if (w < 0 && errno == EINTR) continue;
+                if (w < 0) return;
+                off += w;
+            }
+        }
+    }
+}
+
+static void serve_connection(int client, const char *socket_path) {
+    struct sockaddr_un addr = {0};
+    addr.sun_family = AF_UNIX;
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket_path);
+    int upstream = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (upstream >= 0 && connect(upstream, (struct sockaddr *)&addr, sizeof addr) == 0) relay(client, upstream);
+    _exit(0);
+}
+
+static int forward_mode(const char *port, const char *socket_path) {
+    int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    struct sockaddr_in addr = {0};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)strtoul(port, NULL, 10));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (listener < 0 || bind(listener, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(listener, 128) != 0)
+        die(1, "listen on 127.0.0.1", strerror(errno));
+    pid_t daemon = fork();
+    if (daemon < 0) die(1, "fork", strerror(errno));
+    if (daemon > 0) return 0; /* listening already: the caller may connect as soon as we return */
+    setsid();
+    int devnull = open("/dev/null", O_RDWR);
+    dup2(devnull, 0);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    signal(SIGCHLD, SIG_IGN); /* connection handlers reap themselves */
+    signal(SIGHUP, SIG_IGN);
+    for (;;) {
+        int client = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+        if (client < 0) continue;
+        pid_t handler = fork();
+        if (handler == 0) {
+            close(listener);
+            serve_connection(client, socket_path);
+        }
+        close(client);
+    }
+}
+
 static volatile sig_atomic_t forwarded = 0;
 static pid_t child = -1;
 
@@ -360,6 +439,7 @@ int main(int argc, char **argv) {
             if (user) become(user);
             return write_mode(argv[i + 1], argv[i + 2]);
         }
+        if (strcmp(a, "--forward") == 0 && i + 2 < argc) return forward_mode(argv[i + 1], argv[i + 2]);
         if (strcmp(a, "--read") == 0 && i + 1 < argc) {
             if (user) become(user);
             return read_mode(argv[i + 1]);
