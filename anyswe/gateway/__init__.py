@@ -1,0 +1,22 @@
+"""The model gateway: every agent's model calls go through it (tokens per task, trajectories, budgets).
+
+``wire`` reads and writes the three protocols; ``scripted`` is the deterministic model for tests
+and oracle runs; ``server`` is the HTTP gateway itself.
+"""
+
+from anyswe.gateway.scripted import ScriptedModel
+from anyswe.gateway.server import Budget, Gateway, Grant
+from anyswe.gateway.wire import Conversation, Message, Protocol, Reply, ToolCall, Usage
+
+__all__ = [
+    "Budget",
+    "Conversation",
+    "Gateway",
+    "Grant",
+    "Message",
+    "Protocol",
+    "Reply",
+    "ScriptedModel",
+    "ToolCall",
+    "Usage",
+]

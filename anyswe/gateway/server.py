@@ -1,0 +1,267 @@
+"""The model gateway: one HTTP server on the host between every agent and every model.
+
+Agents speak Anthropic Messages (``POST /v1/messages``), OpenAI Chat Completions
+(``POST /v1/chat/completions``) or OpenAI Responses (``POST /v1/responses``), streamed or not, and
+list models with ``GET /v1/models``. Each task is granted its own token (``x-api-key`` or
+``Authorization: Bearer``, or a ``/t/<token>`` path prefix); the gateway maps it to the task and
+its model, refuses unknown or revoked tokens, records every call into the task's trajectory,
+counts its usage and enforces its budget. Upstream keys never leave this process.
+
+It listens on TCP (loopback, and the docker bridge gateway so containers on the bridge reach it)
+and on a unix socket (for sandboxes with the ``gateway`` network, where anyswe's helper relays
+``127.0.0.1:<port>`` inside to it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import secrets
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from anyswe.gateway.wire import (
+    Conversation,
+    Reply,
+    WireError,
+    read_request,
+    render_error,
+    render_json,
+    render_stream,
+)
+from anyswe.gateway.wire import (
+    Protocol as Wire,
+)
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+
+class Upstream(Protocol):
+    """Turns a conversation into a reply (the scripted model; upstream clients)."""
+
+    def reply(self, conv: Conversation) -> Reply | Awaitable[Reply]: ...
+
+
+_ROUTES: dict[str, Wire] = {
+    "/v1/messages": "anthropic-messages",
+    "/v1/chat/completions": "openai-chat",
+    "/v1/responses": "openai-responses",
+}
+
+
+@dataclass
+class Budget:
+    """Per-task limits; None is unlimited. A call past one is refused and the task marked ``budget``."""
+
+    calls: int | None = None
+    tokens: int | None = None
+
+
+@dataclass
+class Grant:
+    """One task's access: its model, upstream, trajectory file, usage so far and budget."""
+
+    key: str
+    model: str
+    upstream: Upstream
+    trajectory: Path | None = None
+    budget: Budget = field(default_factory=Budget)
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    exhausted: str | None = None
+    active: bool = True
+
+    def over_budget(self) -> str | None:
+        if self.budget.calls is not None and self.calls >= self.budget.calls:
+            return f"calls ({self.budget.calls})"
+        used = self.input_tokens + self.output_tokens
+        if self.budget.tokens is not None and used >= self.budget.tokens:
+            return f"tokens ({self.budget.tokens})"
+        return None
+
+
+def _protocol_for(path: str) -> Wire:
+    return "anthropic-messages" if "/messages" in path else "openai-chat"
+
+
+class Gateway:
+    """``async with Gateway() as gw:`` — grant tokens per task, point agents at ``gw.url_for(...)``."""
+
+    def __init__(self, *, socket_dir: Path | None = None) -> None:
+        self._grants: dict[str, Grant] = {}
+        self._runner: web.AppRunner | None = None
+        self._socket_dir = socket_dir
+        self.ports: dict[str, int] = {}
+        self.socket: Path | None = None
+
+    # -- tokens -----------------------------------------------------------------------------------
+
+    def grant(
+        self, key: str, model: str, upstream: Upstream, *, trajectory: Path | None = None, budget: Budget | None = None
+    ) -> str:
+        """A new token for task ``key`` on ``model``; the token is the only credential the agent gets."""
+        token = f"anyswe-{secrets.token_urlsafe(24)}"
+        self._grants[token] = Grant(key, model, upstream, trajectory, budget or Budget())
+        return token
+
+    def revoke(self, token: str) -> Grant:
+        """End a task's access; its usage stays readable."""
+        grant = self._grants[token]
+        grant.active = False
+        return grant
+
+    def _grant_for(self, request: web.Request) -> Grant | None:
+        token = request.match_info.get("token") or request.headers.get("x-api-key") or ""
+        auth = request.headers.get("Authorization", "")
+        if not token and auth.lower().startswith("bearer "):
+            token = auth[7:].strip()
+        grant = self._grants.get(token)
+        return grant if grant is not None and grant.active else None
+
+    # -- serving ----------------------------------------------------------------------------------
+
+    def _app(self) -> web.Application:
+        from aiohttp import web
+
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        for prefix in ("", "/t/{token}"):
+            for path in _ROUTES:
+                app.router.add_post(prefix + path, self._call)
+            app.router.add_get(prefix + "/v1/models", self._models)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        return app
+
+    async def start(self, hosts: tuple[str, ...] = ("127.0.0.1",)) -> None:
+        """Listen on a free port on each of ``hosts`` (one port for all) and on a unix socket."""
+        from aiohttp import web
+
+        self._runner = web.AppRunner(self._app(), access_log=None)
+        await self._runner.setup()
+        port = 0
+        for host in hosts:
+            site = web.TCPSite(self._runner, host, port)
+            await site.start()
+            port = port or site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.ports[host] = port
+        if self._socket_dir is not None:
+            self._socket_dir.mkdir(parents=True, exist_ok=True)
+            self.socket = self._socket_dir / "gateway.sock"
+            await web.UnixSite(self._runner, str(self.socket)).start()
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self.socket is not None:
+            self.socket.unlink(missing_ok=True)
+
+    async def __aenter__(self) -> Gateway:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.shield(self.close())
+
+    def url(self, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.ports[host]}"
+
+    # -- handlers ---------------------------------------------------------------------------------
+
+    def _error(self, protocol: Wire, status: int, message: str, kind: str) -> web.Response:
+        from aiohttp import web
+
+        return web.json_response(render_error(protocol, status, message, kind), status=status)
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        protocol = _protocol_for(request.path)
+        return self._error(
+            protocol, 404, f"anyswe gateway: no route {request.method} {request.path}", "not_found_error"
+        )
+
+    async def _models(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
+        grant = self._grant_for(request)
+        protocol = _protocol_for(request.path)
+        if grant is None:
+            return self._error(protocol, 401, "invalid or expired task token", "authentication_error")
+        model = {
+            "id": grant.model,
+            "object": "model",
+            "type": "model",
+            "created": 0,
+            "owned_by": "anyswe",
+            "display_name": grant.model,
+        }
+        return web.json_response({"object": "list", "data": [model], "has_more": False})
+
+    async def _call(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.split("/v1/", 1)[1]
+        protocol = _ROUTES["/v1/" + path]
+        grant = self._grant_for(request)
+        if grant is None:
+            return self._error(protocol, 401, "invalid or expired task token", "authentication_error")
+        try:
+            body = await request.json()
+            conv = read_request(protocol, body)
+        except (WireError, ValueError) as exc:
+            return self._error(protocol, 400, str(exc), "invalid_request_error")
+        if (limit := grant.over_budget()) is not None:
+            grant.exhausted = grant.exhausted or limit
+            return self._error(protocol, 400, f"anyswe budget exhausted: {limit}", "invalid_request_error")
+        start = time.monotonic()
+        result = grant.upstream.reply(conv)
+        reply = await result if inspect.isawaitable(result) else result
+        self._account(grant, protocol, body, reply, time.monotonic() - start)
+        if not conv.stream:
+            return await self._respond_json(protocol, reply, conv)
+        return await self._respond_stream(request, protocol, reply, conv)
+
+    async def _respond_json(self, protocol: Wire, reply: Reply, conv: Conversation) -> web.Response:
+        from aiohttp import web
+
+        return web.json_response(render_json(protocol, reply, conv.model))
+
+    async def _respond_stream(
+        self, request: web.Request, protocol: Wire, reply: Reply, conv: Conversation
+    ) -> web.StreamResponse:
+        from aiohttp import web
+
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        for event in render_stream(protocol, reply, conv.model, include_usage=conv.include_usage):
+            await response.write(event)
+        await response.write_eof()
+        return response
+
+    def _account(self, grant: Grant, protocol: Wire, body: Any, reply: Reply, latency: float) -> None:
+        grant.calls += 1
+        grant.input_tokens += reply.usage.input_tokens
+        grant.output_tokens += reply.usage.output_tokens
+        grant.cache_read_tokens += reply.usage.cache_read_tokens
+        grant.cache_write_tokens += reply.usage.cache_write_tokens
+        if grant.trajectory is None:
+            return
+        record = {
+            "time": time.time(),
+            "latency_s": round(latency, 4),
+            "protocol": protocol,
+            "model": grant.model,
+            "request": body,
+            "reply": {
+                "text": reply.text,
+                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
+                "stop": reply.stop,
+            },
+            "usage": vars(reply.usage),
+        }
+        grant.trajectory.parent.mkdir(parents=True, exist_ok=True)
+        with open(grant.trajectory, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
