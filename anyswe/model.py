@@ -7,6 +7,7 @@ variable that holds it, and only the host-side process that talks to the upstrea
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -16,16 +17,41 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 Protocol = Literal["openai-chat", "openai-responses", "anthropic-messages"]
 
 
-class ModelSpec(BaseModel):
-    """A model endpoint. The key is never in the spec: only the *name* of the env var that holds it."""
+class BudgetSpec(BaseModel):
+    """Per-task limits the gateway enforces; a call past one is refused and the task ends as ``budget``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    api: Protocol
-    model: str = Field(description="The model id sent to the API.")
+    calls: int | None = Field(default=None, ge=1, description="Model calls per task.")
+    tokens: int | None = Field(default=None, ge=1, description="Input + output tokens per task.")
+
+
+class ModelSpec(BaseModel):
+    """A model endpoint. The key is never in the spec: only the *name* of the env var that holds it.
+
+    ``api: scripted`` is anyswe's deterministic model (no key, no network): with ``script`` a
+    directory of ``<instance_id>.json`` files (``{"steps": [shell commands]}``), without it the
+    oracle (the host hands it the reference patch; the sandbox never sees it). It answers in
+    ``protocol``, the protocol agents are told to speak to it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    api: Protocol | Literal["scripted"]
+    model: str = Field(default="scripted", description="The model id sent to the API.")
     base_url: str | None = None
     api_key_env: str | None = Field(default=None, description="Name of the environment variable holding the key.")
     params: dict[str, Any] = Field(default_factory=dict, description="Sampling parameters (temperature, ...).")
+    protocol: Protocol | None = Field(default=None, description="scripted: the protocol agents speak to it.")
+    script: Path | None = Field(default=None, description="scripted: a directory of per-instance scripts.")
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
+
+    @property
+    def agent_protocol(self) -> Protocol:
+        """The protocol an agent speaks to this model (through the gateway)."""
+        if self.api == "scripted":
+            return self.protocol or "openai-chat"
+        return self.api
 
     @field_validator("api_key_env")
     @classmethod
@@ -36,7 +62,12 @@ class ModelSpec(BaseModel):
 
     def key_payload(self) -> dict[str, Any]:
         """What of the model changes a result (and so the task key): not where it is served from."""
-        return {"api": self.api, "model": self.model, "params": self.params}
+        payload: dict[str, Any] = {"api": self.api, "model": self.model, "params": self.params}
+        if self.api == "scripted":
+            payload.update(protocol=self.agent_protocol, script=self.script)
+        if self.budget != BudgetSpec():
+            payload["budget"] = self.budget.model_dump()
+        return payload
 
 
 class ModelEndpoint(BaseModel):
@@ -49,8 +80,10 @@ class ModelEndpoint(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: str = Field(description="The model's name in the spec.")
-    api: Protocol
+    api: Protocol = Field(description="The protocol to speak to ``base_url``.")
     model: str
-    base_url: str | None = None
+    base_url: str | None = Field(default=None, description="The gateway, as the host reaches it.")
     token: str | None = Field(default=None, repr=False)
     params: dict[str, Any] = Field(default_factory=dict)
+    #: The gateway's unix socket on the host: in-sandbox agents reach it through a ``gateway`` network.
+    socket: str | None = None

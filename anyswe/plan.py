@@ -18,6 +18,7 @@ from anyswe.agents import agent_class
 from anyswe.datasets import Dataset, Instance, filter_instances, load_dataset
 from anyswe.errors import AgentError, PlanError
 from anyswe.grading import harness_for
+from anyswe.model import ModelSpec
 from anyswe.spec import MatrixRule, Spec
 
 
@@ -111,6 +112,9 @@ def _content_of_paths(obj: Any) -> Any:
     if isinstance(obj, list):
         return [_content_of_paths(v) for v in obj]
     if isinstance(obj, Path):
+        if obj.is_dir():
+            files = sorted(f for f in obj.rglob("*") if f.is_file())
+            return {"tree": {str(f.relative_to(obj)): _content_of_paths(f) for f in files}}
         return {"sha256": hashlib.sha256(obj.read_bytes()).hexdigest()} if obj.is_file() else {"missing": True}
     return obj
 
@@ -169,7 +173,7 @@ def task_key(spec: Spec, cell: Cell, instance: Instance, sample: int, harness: s
     model = spec.models[cell.model] if cell.model else None
     payload = {
         "agent": _content_of_paths(agent_cfg.model_dump()),
-        "model": None if model is None else model.key_payload(),
+        "model": None if model is None else _content_of_paths(model.key_payload()),
         "provider": provider.key_payload(),
         "instance": _digest(instance.model_dump(mode="json")),
         "timeouts": {"agent": spec.timeouts.agent, "grading": spec.timeouts.grading},
@@ -177,6 +181,18 @@ def task_key(spec: Spec, cell: Cell, instance: Instance, sample: int, harness: s
         "sample": sample,
     }
     return f"{_digest(payload)[:16]}__{instance.instance_id}"
+
+
+def _check_model(name: str, model: ModelSpec, instances: list[Instance]) -> None:
+    if model.api != "scripted":
+        raise PlanError(
+            f"models.{name}: this anyswe's gateway serves `api: scripted` models only; clients for "
+            f"{model.api} upstreams are not built yet"
+        )
+    if model.script is not None:
+        missing = [i.instance_id for i in instances if not (model.script / f"{i.instance_id}.json").is_file()]
+        if missing:
+            raise PlanError(f"models.{name}.script: no script in {model.script} for {', '.join(missing)}")
 
 
 def make_plan(spec: Spec, dataset: Dataset | None = None) -> Plan:
@@ -196,6 +212,8 @@ def make_plan(spec: Spec, dataset: Dataset | None = None) -> Plan:
             agent_class(cfg.type)(cfg).check()
         except AgentError as exc:
             raise PlanError(f"agents.{name}: {exc}") from None
+    for name in sorted({c.model for c in cells if c.model}):
+        _check_model(name, spec.models[name], instances)
     for cell in cells:
         provider = spec.providers[cell.provider]
         if not (dataset.builds_images or dataset.image_template or provider.names_own_images()):

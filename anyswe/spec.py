@@ -294,6 +294,9 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     base = p.resolve().parent
     if spec.dataset.path is not None and not spec.dataset.path.is_absolute():
         spec.dataset.path = base / spec.dataset.path
+    for name, model in list(spec.models.items()):
+        if model.script is not None and not model.script.is_absolute():
+            spec.models[name] = model.model_copy(update={"script": base / model.script})
     for cfg in spec.agents.values():
         pred = getattr(cfg, "predictions", None)
         if isinstance(pred, Path) and not pred.is_absolute():

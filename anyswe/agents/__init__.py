@@ -1,4 +1,4 @@
-"""Agents, registered by short name (model-free: ``gold``, ``noop``, ``replay``) or given as ``module:Class``."""
+"""Agents by short name (model-free ``gold``, ``noop``, ``replay``; ``mini-swe-agent``) or as ``module:Class``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ AGENTS: Registry[Agent] = Registry("agent type", Agent)
 AGENTS.register("gold", "anyswe.agents.gold:GoldAgent")
 AGENTS.register("noop", "anyswe.agents.noop:NoopAgent")
 AGENTS.register("replay", "anyswe.agents.replay:ReplayAgent")
+AGENTS.register("mini-swe-agent", "anyswe.agents.mini_swe_agent:MiniSweAgent")
 
 
 def register_agent(name: str, target: str | type[Agent]) -> None:

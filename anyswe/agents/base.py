@@ -88,6 +88,8 @@ class AgentOutcome:
     usage: AgentUsage = field(default_factory=AgentUsage)
     #: Host path of the agent's own trajectory file, if it keeps one.
     trajectory_path: str | None = None
+    #: Files the agent wants kept with the task (name -> text), e.g. its own transcript.
+    artifacts: dict[str, str] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -100,6 +102,8 @@ class Agent(ABC):
     needs_model: ClassVar[bool] = True
     #: Only reference agents are given the gold patch.
     needs_reference: ClassVar[bool] = False
+    #: The shell command with which this agent says it is done (the scripted model ends with it).
+    submit_command: ClassVar[str | None] = None
 
     def __init__(self, config: AgentConfig, model: ModelSpec | None = None) -> None:
         """One agent object per (agent, model) cell; ``model`` is None for model-free agents."""

@@ -16,9 +16,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from anyswe.execute import models
 from anyswe.execute.progress import make_progress
 from anyswe.execute.unit import TaskOutput, WorkUnit, make_unit
 from anyswe.execute.worker import Worker
+from anyswe.gateway import Gateway
 from anyswe.plan import Plan
 from anyswe.results.export import export_run
 from anyswe.results.store import RunStore
@@ -71,19 +73,24 @@ async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, 
         bar = make_progress(len(units), plan.spec.name, enabled=progress)
         resolved = errors = 0
 
-        async def one(unit: WorkUnit) -> None:
+        async def one(unit: WorkUnit, gateway: Gateway | None) -> None:
             nonlocal resolved, errors
             async with slots:
+                task_dir = store.task_dir(unit.key)
+                (task_dir / models.TRAJECTORY).unlink(missing_ok=True)  # an earlier attempt's calls
+                unit, token = models.grant(gateway, unit, task_dir)
                 output = await worker.run(unit)
+                if gateway is not None and token is not None:
+                    output = models.settle(output, gateway.revoke(token), task_dir)
             record(store, output)
             resolved += output.result.resolved
             errors += output.result.error_kind is not None
             bar.advance(output.result)
 
         try:
-            async with asyncio.TaskGroup() as group:
+            async with models.run_gateway(units) as gateway, asyncio.TaskGroup() as group:
                 for unit in units:
-                    group.create_task(one(unit))
+                    group.create_task(one(unit, gateway))
         finally:
             bar.close()
             store.write_aggregates()

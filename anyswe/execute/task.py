@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from anyswe.agents import AgentContext, AgentOutcome, ExitReason, ModelEndpoint
+from anyswe.agents import AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import GradingError, InfraError
 from anyswe.execute.unit import TaskOutput
 from anyswe.grading import get_harness
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from anyswe.sandbox import Sandbox, SandboxProvider
 
 #: Exit reasons under which a resolved sample is masked: the agent did not choose to stop.
-_FORCED_STOPS = {ExitReason.MAX_ITERATIONS, ExitReason.CONTEXT_WINDOW}
+_FORCED_STOPS = {ExitReason.MAX_ITERATIONS, ExitReason.CONTEXT_WINDOW, ExitReason.BUDGET}
 
 
 @dataclass
@@ -72,7 +72,8 @@ def mask_sample(*, error_kind: str | None, agent_timed_out: bool, resolved: bool
     """Whether a sample is left out of training and rates: it says nothing about the agent's skill.
 
     Masked: an infrastructure, grading or internal error; an agent timeout; and a resolve reached
-    although the agent was stopped (max iterations, context window), which is luck, not a solution.
+    although the agent was stopped (max iterations, context window, a budget), which is luck, not
+    a solution. An unresolved sample after such a stop counts: running out is the agent's doing.
     """
     return bool(
         error_kind in ("infra", "grading", "internal") or agent_timed_out or (resolved and exit_reason in _FORCED_STOPS)
@@ -93,13 +94,6 @@ async def capture_patch(sandbox: Sandbox[Any], workdir: str, base_commit: str) -
     if r.exit_code != 0:
         raise InfraError(f"patch capture failed (exit {r.exit_code}): {r.stderr.strip()[-500:]}")
     return r.stdout
-
-
-def _endpoint(unit: WorkUnit) -> ModelEndpoint | None:
-    if unit.model is None or unit.cell.model is None:
-        return None
-    m = unit.model
-    return ModelEndpoint(name=unit.cell.model, api=m.api, model=m.model, base_url=m.base_url, params=m.params)
 
 
 async def run_agent(agent: Agent, ctx: AgentContext, timeout: float) -> AgentRun:
@@ -124,7 +118,7 @@ async def work(
         task=unit.instance.agent_view(),
         workdir=harness.workdir,
         timeout=unit.agent_timeout,
-        model=_endpoint(unit),
+        model=unit.endpoint,
         reference_patch=unit.instance.patch if agent.needs_reference else None,
         log_lines=trace.log_lines,
     )
@@ -173,7 +167,10 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
         trace.error_kind, trace.error = "internal", traceback.format_exc()
     trace.times["time_total"] = round(time.monotonic() - t0, 3)
     result = classify(unit, trace, run, patch, verdict, image=image, started_at=started)
-    return TaskOutput(result, artifacts(result, trace, verdict))
+    files = artifacts(result, trace, verdict)
+    if run is not None:
+        files.update({f"agent-{name}": text for name, text in run.outcome.artifacts.items()})
+    return TaskOutput(result, files)
 
 
 def classify(

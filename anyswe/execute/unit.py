@@ -16,7 +16,7 @@ from anyswe.images.resolve import ImageSource
 if TYPE_CHECKING:
     from anyswe.agents import AgentConfig
     from anyswe.datasets import Instance
-    from anyswe.model import ModelSpec
+    from anyswe.model import ModelEndpoint, ModelSpec
     from anyswe.plan import Cell, Plan, Task
     from anyswe.results.schema import TaskResult
     from anyswe.sandbox import ProviderConfig
@@ -41,6 +41,8 @@ class WorkUnit:
     harness: str
     agent_timeout: float
     grading_timeout: float
+    #: The gateway endpoint and per-task token, filled in by the driver when the task starts.
+    endpoint: ModelEndpoint | None = None
 
 
 @dataclass

@@ -215,7 +215,9 @@ class Gateway:
             return self._error(protocol, 400, str(exc), "invalid_request_error")
         if (limit := grant.over_budget()) is not None:
             grant.exhausted = grant.exhausted or limit
-            return self._error(protocol, 400, f"anyswe budget exhausted: {limit}", "invalid_request_error")
+            # The token stops granting calls: a 401, which no client retries (a 429 or 5xx would be
+            # retried and the agent would spin; litellm turns a 403 into a retried APIError).
+            return self._error(protocol, 401, f"anyswe budget exhausted: {limit}", "authentication_error")
         start = time.monotonic()
         result = grant.upstream.reply(conv)
         reply = await result if inspect.isawaitable(result) else result

@@ -188,7 +188,7 @@ async def test_budget_refuses_in_the_protocols_error_shape(gateway: Gateway, tmp
     client = _client(anthropic.AsyncAnthropic, base_url=gateway.url(), api_key=token)
     ask: dict[str, Any] = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
     await client.messages.create(**ask)
-    with pytest.raises(anthropic.BadRequestError, match="budget exhausted: calls"):
+    with pytest.raises(anthropic.AuthenticationError, match="budget exhausted: calls"):
         await client.messages.create(**ask)
     assert gateway.revoke(token).exhausted == "calls (1)"
 

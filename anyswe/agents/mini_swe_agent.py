@@ -1,0 +1,168 @@
+"""``mini-swe-agent``: the mini-swe-agent package (pinned) driven from the host.
+
+Its agent loop runs on the host, in a worker thread; its model is litellm pointed at anyswe's model
+gateway with the task's own token (never an upstream key); its environment is the task's sandbox,
+through anyswe's exec (so it behaves the same on docker and apptainer). Its submission sentinel is
+checked exactly as its own environments check it; its exit statuses map onto anyswe's exit reasons
+and its trajectory is kept with the task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import ConfigDict, Field
+
+from anyswe.agents.base import Agent, AgentConfig, AgentContext, AgentOutcome, ExitReason
+from anyswe.errors import AgentError
+
+if TYPE_CHECKING:
+    from anyswe.sandbox import Sandbox
+
+SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+_EXIT_REASONS = {
+    "Submitted": ExitReason.SUBMITTED,
+    "LimitsExceeded": ExitReason.MAX_ITERATIONS,
+    "TimeExceeded": ExitReason.TIMEOUT,
+}
+
+#: litellm's model prefix for each protocol anyswe's gateway speaks.
+_LITELLM_PREFIX = {
+    "openai-chat": "openai/",
+    "openai-responses": "openai/responses/",
+    "anthropic-messages": "anthropic/",
+}
+
+
+class MiniSweAgentConfig(AgentConfig):
+    """The ``agents.<name>`` block of a spec with ``type: mini-swe-agent``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["mini-swe-agent"] = "mini-swe-agent"
+    step_limit: int = Field(default=50, ge=1, description="Model calls before the agent is stopped.")
+    command_timeout: float = Field(default=120, gt=0, description="Seconds one shell command may run.")
+    config: Path | None = Field(default=None, description="A mini-swe-agent YAML (its swebench one by default).")
+
+
+def _quiet_imports() -> None:
+    # No network at import: litellm would fetch its cost map, mini-swe-agent print a banner and
+    # write a global config under $HOME.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
+    os.environ.setdefault("MSWEA_GLOBAL_CONFIG_DIR", str(Path(tempfile.gettempdir()) / "anyswe-mswea"))
+
+
+class SandboxEnvironment:
+    """mini-swe-agent's Environment protocol over an anyswe sandbox (called from the agent's thread)."""
+
+    def __init__(
+        self, sandbox: Sandbox[Any], loop: asyncio.AbstractEventLoop, *, cwd: str, timeout: float, env: dict[str, str]
+    ) -> None:
+        self.sandbox, self.loop, self.cwd, self.timeout, self.env = sandbox, loop, cwd, timeout, env
+        self.config = {"cwd": cwd, "timeout": timeout, "env": env}
+
+    def execute(self, action: dict[str, Any], cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
+        from minisweagent.exceptions import Submitted
+
+        limit = timeout or self.timeout
+        # stderr folded into stdout, as mini-swe-agent's own environments do.
+        cmd = ["bash", "-c", "exec 2>&1\n" + str(action.get("command", ""))]
+        call = self.sandbox.exec(cmd, workdir=cwd or self.cwd, timeout=limit, env=self.env)
+        r = asyncio.run_coroutine_threadsafe(call, self.loop).result()
+        output = {"output": r.stdout, "returncode": r.exit_code, "exception_info": ""}
+        if r.timed_out:
+            output.update(returncode=-1, exception_info=f"The command timed out after {limit:g} seconds.")
+        lines = r.stdout.lstrip().splitlines(keepends=True)
+        if lines and lines[0].strip() == SENTINEL and r.exit_code == 0:
+            submission = "".join(lines[1:])
+            extra = {"exit_status": "Submitted", "submission": submission}
+            raise Submitted({"role": "exit", "content": submission, "extra": extra})
+        return output
+
+    def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
+        return {"cwd": self.cwd, **self.env, **kwargs}
+
+    def serialize(self) -> dict[str, Any]:
+        config = {**self.config, "sandbox": self.sandbox.name}
+        return {"info": {"config": {"environment": config, "environment_type": "anyswe.SandboxEnvironment"}}}
+
+
+class MiniSweAgent(Agent):
+    name: ClassVar[str] = "mini-swe-agent"
+    config_class = MiniSweAgentConfig
+    config: MiniSweAgentConfig
+    submit_command = f"echo {SENTINEL}"
+
+    def _settings(self) -> dict[str, Any]:
+        _quiet_imports()
+        from minisweagent import config as mswea_config
+        from ruamel.yaml import YAML
+        from ruamel.yaml.error import YAMLError
+
+        path = self.config.config or Path(mswea_config.__file__).parent / "benchmarks" / "swebench.yaml"
+        try:
+            loaded: dict[str, Any] = YAML(typ="safe").load(Path(path).read_text())
+        except (OSError, YAMLError) as exc:
+            raise AgentError(f"mini-swe-agent: cannot read its config {path}: {exc}") from None
+        return loaded
+
+    def _run_sync(self, ctx: AgentContext, loop: asyncio.AbstractEventLoop, traj: Path) -> dict[str, Any]:
+        _quiet_imports()
+        import litellm
+        from minisweagent.agents.default import DefaultAgent
+        from minisweagent.models.litellm_model import LitellmModel
+
+        endpoint = ctx.model
+        if endpoint is None or endpoint.base_url is None:
+            raise AgentError("mini-swe-agent needs a model endpoint (a model in its cell and the gateway)")
+        litellm.suppress_debug_info = True
+        settings = self._settings()
+        base = endpoint.base_url if endpoint.api == "anthropic-messages" else endpoint.base_url + "/v1"
+        model = LitellmModel(
+            model_name=_LITELLM_PREFIX[endpoint.api] + endpoint.model,
+            model_kwargs={
+                **settings["model"].get("model_kwargs", {}),
+                **endpoint.params,
+                "api_base": base,
+                "api_key": endpoint.token,
+            },
+            cost_tracking="ignore_errors",
+            observation_template=settings["model"]["observation_template"],
+            format_error_template=settings["model"]["format_error_template"],
+        )
+        env_vars = {k: str(v) for k, v in (settings.get("environment", {}).get("env") or {}).items()}
+        env = SandboxEnvironment(ctx.sandbox, loop, cwd=ctx.workdir, timeout=self.config.command_timeout, env=env_vars)
+        agent = DefaultAgent(
+            model,
+            env,
+            system_template=settings["agent"]["system_template"],
+            instance_template=settings["agent"]["instance_template"],
+            step_limit=ctx.max_turns or self.config.step_limit,
+            cost_limit=0,
+            wall_time_limit_seconds=int(ctx.timeout),
+            output_path=traj,
+        )
+        result: dict[str, Any] = agent.run(ctx.task.problem_statement)
+        return result
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        with tempfile.TemporaryDirectory(prefix="anyswe-mswea-") as tmp:
+            traj = Path(tmp) / "mini-swe-agent.traj.json"
+            try:
+                result = await asyncio.to_thread(self._run_sync, ctx, asyncio.get_running_loop(), traj)
+                exit_status = str(result.get("exit_status", ""))
+                reason = _EXIT_REASONS.get(exit_status, ExitReason.ERROR)
+            except AgentError:
+                raise
+            except Exception as exc:  # the model call failed for good (a refused budget, a dead endpoint)
+                ctx.log(f"mini-swe-agent stopped: {type(exc).__name__}: {exc}")
+                exit_status, reason = type(exc).__name__, ExitReason.ERROR
+            ctx.log(f"mini-swe-agent exit status: {exit_status}")
+            artifacts = {traj.name: traj.read_text()} if traj.is_file() else {}
+        return AgentOutcome(exit_reason=reason, artifacts=artifacts, info={"exit_status": exit_status})

@@ -1,0 +1,90 @@
+"""The driver's side of model calls: one gateway per run, a token per task, usage into the result.
+
+The gateway runs in the driver (upstream keys stay in one process); each task that has a model gets
+a grant as it starts — its own token, its trajectory file in the run directory, its budget, and an
+upstream (the scripted model: its script, or the oracle made from the instance's reference patch,
+which only the host holds) — and the grant's usage is folded into the task's result when it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from anyswe.agents import ExitReason, agent_class
+from anyswe.errors import AgentError
+from anyswe.execute.unit import TaskOutput, WorkUnit
+from anyswe.gateway import Budget, Gateway, Grant, ScriptedModel
+from anyswe.grading import get_harness
+from anyswe.model import ModelEndpoint, ModelSpec
+
+TRAJECTORY = "trajectory.jsonl"
+
+
+@contextlib.asynccontextmanager
+async def run_gateway(units: list[WorkUnit]) -> AsyncIterator[Gateway | None]:
+    """A gateway for the run if any unit has a model (torn down on every path), else None."""
+    if not any(u.model is not None for u in units):
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="anyswe-gw-") as tmp:
+        async with Gateway(socket_dir=Path(tmp)) as gateway:
+            await gateway.start()
+            yield gateway
+
+
+def scripted_upstream(unit: WorkUnit, model: ModelSpec) -> ScriptedModel:
+    """The scripted model for one task: its script file, or the oracle of its reference patch."""
+    submit = agent_class(unit.agent.type).submit_command
+    if model.script is None:
+        return ScriptedModel.oracle(unit.instance.patch, get_harness(unit.harness).workdir, submit=submit)
+    path = model.script / f"{unit.instance.instance_id}.json"
+    try:
+        steps = json.loads(path.read_text())["steps"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise AgentError(f"scripted model: no usable script for {unit.instance.instance_id} at {path}: {exc}") from None
+    return ScriptedModel([str(s) for s in steps], submit=submit)
+
+
+def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[WorkUnit, str | None]:
+    """The unit with its model endpoint (a fresh per-task token), and the token to revoke afterwards."""
+    if gateway is None or unit.model is None or unit.cell.model is None:
+        return unit, None
+    model = unit.model
+    budget = Budget(calls=model.budget.calls, tokens=model.budget.tokens)
+    token = gateway.grant(
+        unit.key, unit.cell.model, scripted_upstream(unit, model), trajectory=task_dir / TRAJECTORY, budget=budget
+    )
+    endpoint = ModelEndpoint(
+        name=unit.cell.model,
+        api=model.agent_protocol,
+        model=model.model,
+        base_url=gateway.url(),
+        token=token,
+        params=model.params,
+        socket=str(gateway.socket) if gateway.socket else None,
+    )
+    return dataclasses.replace(unit, endpoint=endpoint), token
+
+
+def settle(output: TaskOutput, used: Grant, task_dir: Path) -> TaskOutput:
+    """Fold a task's model usage (and a budget stop) into its result."""
+    update: dict[str, object] = {
+        "model_calls": used.calls,
+        "input_tokens": used.input_tokens,
+        "output_tokens": used.output_tokens,
+        "cache_read_tokens": used.cache_read_tokens,
+        "cache_write_tokens": used.cache_write_tokens,
+    }
+    if (task_dir / TRAJECTORY).is_file():
+        update["trajectory_path"] = f"tasks/{task_dir.name}/{TRAJECTORY}"
+    if used.exhausted is not None and output.result.error_kind is None:
+        update["exit_reason"] = ExitReason.BUDGET
+        update["error"] = f"budget exhausted: {used.exhausted}"
+        update["mask_sample"] = output.result.mask_sample or output.result.resolved
+    result = output.result.model_copy(update=update)
+    return dataclasses.replace(output, result=result)

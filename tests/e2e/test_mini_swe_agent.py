@@ -1,0 +1,76 @@
+"""mini-swe-agent end to end: through the model gateway, with the scripted model in each protocol,
+on docker and apptainer; exit reasons for a step limit and a budget."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from anyswe.experiment import Experiment
+
+pytestmark = pytest.mark.containers
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def agents_run(runtimes: None, tmp_path_factory: pytest.TempPathFactory) -> Experiment:
+    exp = Experiment.load(
+        REPO / "specs" / "agents_demo.yaml",
+        overrides=["dataset.limit=2"],
+        run_dir=tmp_path_factory.mktemp("agents-run"),
+    )
+    summary = exp.run(progress=False)
+    assert summary.ran == 2 * 3 * 2 and summary.errors == 0, summary
+    return exp
+
+
+def test_every_protocol_and_runtime_resolves(agents_run: Experiment) -> None:
+    df = agents_run.results()
+    assert set(df["model"]) == {"scripted-chat", "scripted-messages", "scripted-responses"}
+    assert set(df["provider"]) == {"docker", "apptainer"}
+    assert df["resolved"].all() and not df["mask_sample"].any(), df.filter(~pl.col("resolved"))
+    assert set(df["exit_reason"]) == {"submitted"}
+    # Two model calls per task (apply the fix, submit), counted by the gateway.
+    assert (df["model_calls"] == 2).all() and (df["input_tokens"] > 0).all() and (df["output_tokens"] > 0).all()
+
+
+def test_trajectories_and_transcripts_are_kept(agents_run: Experiment) -> None:
+    df = agents_run.results()
+    for row in df.iter_rows(named=True):
+        traj = agents_run.run_dir / row["trajectory_path"]
+        calls = [json.loads(line) for line in traj.read_text().splitlines()]
+        protocol = {"scripted-chat": "openai-chat", "scripted-messages": "anthropic-messages"}.get(
+            row["model"], "openai-responses"
+        )
+        assert len(calls) == 2 and {c["protocol"] for c in calls} == {protocol}
+        assert calls[0]["reply"]["tool_calls"] and calls[0]["usage"]["input_tokens"] > 0
+        own = agents_run.run_dir / "tasks" / row["key"] / "agent-mini-swe-agent.traj.json"
+        assert json.loads(own.read_text())["info"]["exit_status"] == "Submitted"
+
+
+def test_step_limit_and_budget_end_in_their_exit_reasons(runtimes: None, tmp_path: Path) -> None:
+    exp = Experiment.load(
+        REPO / "specs" / "agents_demo.yaml",
+        overrides=[
+            "dataset.limit=1",
+            "matrix.models=[scripted-chat]",
+            "matrix.providers=[docker]",
+            "agents.limited={type: mini-swe-agent, step_limit: 1}",
+            "models.budgeted={api: scripted, protocol: openai-chat, budget: {calls: 1}}",
+            "matrix.include=[{agent: limited, model: scripted-chat, provider: docker}, "
+            "{agent: mini, model: budgeted, provider: docker}]",
+            "matrix.agents=[limited]",
+        ],
+        run_dir=tmp_path / "run",
+    )
+    exp.run(progress=False)
+    rows = {(r["agent"], r["model"]): r for r in exp.results().iter_rows(named=True)}
+    limited, budgeted = rows[("limited", "scripted-chat")], rows[("mini", "budgeted")]
+    # Both applied the fix in their one call, then were stopped: a resolve after a forced stop is masked.
+    assert (limited["exit_reason"], limited["resolved"], limited["mask_sample"]) == ("max_iterations", True, True)
+    assert (budgeted["exit_reason"], budgeted["resolved"], budgeted["mask_sample"]) == ("budget", True, True)
+    assert budgeted["model_calls"] == 1 and "budget exhausted" in budgeted["error"]
