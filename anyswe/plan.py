@@ -184,11 +184,6 @@ def task_key(spec: Spec, cell: Cell, instance: Instance, sample: int, harness: s
 
 
 def _check_model(name: str, model: ModelSpec, instances: list[Instance]) -> None:
-    if model.api != "scripted":
-        raise PlanError(
-            f"models.{name}: this anyswe's gateway serves `api: scripted` models only; clients for "
-            f"{model.api} upstreams are not built yet"
-        )
     if model.script is not None:
         missing = [i.instance_id for i in instances if not (model.script / f"{i.instance_id}.json").is_file()]
         if missing:

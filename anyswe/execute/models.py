@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from anyswe.agents import ExitReason, agent_class
-from anyswe.errors import AgentError
+from anyswe.errors import AgentError, PlanError
 from anyswe.execute.unit import TaskOutput, WorkUnit
 from anyswe.gateway import Budget, Gateway, Grant, ScriptedModel
 from anyswe.grading import get_harness
@@ -31,6 +31,15 @@ async def run_gateway(units: list[WorkUnit]) -> AsyncIterator[Gateway | None]:
     if not any(u.model is not None for u in units):
         yield None
         return
+    real = sorted(
+        {f"{u.cell.model} ({u.model.api})" for u in units if u.model is not None and u.model.api != "scripted"}
+    )
+    if real:
+        # Checked before any task starts: planning such a spec works, running it needs the upstream clients.
+        raise PlanError(
+            f"models {', '.join(real)}: this anyswe's gateway serves `api: scripted` models only; "
+            "clients for real upstream APIs are not built yet"
+        )
     with tempfile.TemporaryDirectory(prefix="anyswe-gw-") as tmp:
         async with Gateway(socket_dir=Path(tmp)) as gateway:
             await gateway.start()

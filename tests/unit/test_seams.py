@@ -117,3 +117,22 @@ def test_harness_prepares_once_per_repo_and_version() -> None:
         harness.eval_script(inst)
         assert harness.grade_log(inst, "").resolved is False
     assert calls == [("o/r", "1"), ("o/r", "2"), ("o/q", "1")]
+
+
+def test_real_upstreams_plan_but_do_not_run_yet(tmp_path: Path) -> None:
+    import asyncio
+
+    from anyswe.errors import PlanError
+    from anyswe.execute.models import run_gateway
+
+    text = SPEC.replace("gold: {type: gold}", "mini: {type: mini-swe-agent}")
+    text += "models:\n  gpt: {api: openai-chat, model: gpt-x, api_key_env: OPENAI_API_KEY}\n"
+    plan = make_plan(load_spec(spec_path(tmp_path, text)))  # planning works
+    units = [make_unit(plan, t, run_id="r", attempt=1) for t in plan.tasks]
+
+    async def open_it() -> None:
+        async with run_gateway(units):
+            pass
+
+    with pytest.raises(PlanError, match=r"gpt \(openai-chat\).*scripted"):
+        asyncio.run(open_it())
