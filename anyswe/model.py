@@ -26,6 +26,16 @@ class BudgetSpec(BaseModel):
     tokens: int | None = Field(default=None, ge=1, description="Input + output tokens per task.")
 
 
+class ReplaySpec(BaseModel):
+    """Serve the replies recorded in another run instead of calling the model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run: Path = Field(description="The recorded run directory (relative to the spec).")
+    model: str | None = Field(default=None, description="The recorded cell's model name; default: this one's.")
+    provider: str | None = Field(default=None, description="The recorded cell's provider; default: the first.")
+
+
 class ModelSpec(BaseModel):
     """A model endpoint. The key is never in the spec: only the *name* of the env var that holds it.
 
@@ -45,6 +55,7 @@ class ModelSpec(BaseModel):
     protocol: Protocol | None = Field(default=None, description="scripted: the protocol agents speak to it.")
     script: Path | None = Field(default=None, description="scripted: a directory of per-instance scripts.")
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    replay: ReplaySpec | None = Field(default=None, description="Replay a recorded run's replies.")
 
     @property
     def agent_protocol(self) -> Protocol:
@@ -67,6 +78,12 @@ class ModelSpec(BaseModel):
             payload.update(protocol=self.agent_protocol, script=self.script)
         if self.budget != BudgetSpec():
             payload["budget"] = self.budget.model_dump()
+        if self.replay is not None:
+            payload["replay"] = {
+                "run": self.replay.run.name,
+                "model": self.replay.model,
+                "provider": self.replay.provider,
+            }
         return payload
 
 

@@ -296,7 +296,10 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         spec.dataset.path = base / spec.dataset.path
     for name, model in list(spec.models.items()):
         if model.script is not None and not model.script.is_absolute():
-            spec.models[name] = model.model_copy(update={"script": base / model.script})
+            spec.models[name] = model = model.model_copy(update={"script": base / model.script})
+        if model.replay is not None and not model.replay.run.is_absolute():
+            replay = model.replay.model_copy(update={"run": base / model.replay.run})
+            spec.models[name] = model.model_copy(update={"replay": replay})
     for cfg in spec.agents.values():
         pred = getattr(cfg, "predictions", None)
         if isinstance(pred, Path) and not pred.is_absolute():

@@ -16,8 +16,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from anyswe.errors import AnysweError
 from anyswe.execute import models
 from anyswe.execute.progress import make_progress
+from anyswe.execute.task import failed_output
 from anyswe.execute.unit import TaskOutput, WorkUnit, make_unit
 from anyswe.execute.worker import Worker
 from anyswe.gateway import Gateway
@@ -78,10 +80,14 @@ async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, 
             async with slots:
                 task_dir = store.task_dir(unit.key)
                 (task_dir / models.TRAJECTORY).unlink(missing_ok=True)  # an earlier attempt's calls
-                unit, token = models.grant(gateway, unit, task_dir)
-                output = await worker.run(unit)
-                if gateway is not None and token is not None:
-                    output = models.settle(output, gateway.revoke(token), task_dir)
+                try:
+                    unit, token = models.grant(gateway, unit, task_dir)
+                except AnysweError as exc:  # e.g. nothing recorded to replay: this task's error only
+                    output = failed_output(unit, "agent", f"{type(exc).__name__}: {exc}")
+                else:
+                    output = await worker.run(unit)
+                    if gateway is not None and token is not None:
+                        output = models.settle(output, gateway.revoke(token), task_dir)
             record(store, output)
             resolved += output.result.resolved
             errors += output.result.error_kind is not None

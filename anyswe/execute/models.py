@@ -19,6 +19,8 @@ from anyswe.agents import ExitReason, agent_class
 from anyswe.errors import AgentError, PlanError
 from anyswe.execute.unit import TaskOutput, WorkUnit
 from anyswe.gateway import Budget, Gateway, Grant, ScriptedModel
+from anyswe.gateway.replay import ReplayModel
+from anyswe.gateway.server import Upstream
 from anyswe.grading import get_harness
 from anyswe.model import ModelEndpoint, ModelSpec
 
@@ -59,15 +61,38 @@ def scripted_upstream(unit: WorkUnit, model: ModelSpec) -> ScriptedModel:
     return ScriptedModel([str(s) for s in steps], submit=submit)
 
 
+def replay_upstream(unit: WorkUnit, model: ModelSpec) -> ReplayModel:
+    """The recorded trajectory of the same agent, instance and sample in the replayed run."""
+    from anyswe.results.store import latest_attempts, read_results
+    from anyswe.sandbox import provider_rank
+
+    assert model.replay is not None
+    run, recorded_model = model.replay.run, model.replay.model or unit.cell.model
+    wanted = (unit.cell.agent, recorded_model, unit.instance.instance_id, unit.sample)
+    candidates = [
+        r
+        for r in latest_attempts(read_results(run / "results.jsonl"))
+        if (r.agent, r.model, r.instance_id, r.sample) == wanted
+        and (model.replay.provider is None or r.provider == model.replay.provider)
+        and r.trajectory_path
+    ]
+    if not candidates:
+        raise AgentError(
+            f"replay: {run} has no recorded calls of {unit.cell.agent} x {recorded_model} on "
+            f"{unit.instance.instance_id} (sample {unit.sample})"
+        )
+    chosen = min(candidates, key=lambda r: (provider_rank(r.provider_type), r.provider))
+    return ReplayModel.load(run / str(chosen.trajectory_path))
+
+
 def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[WorkUnit, str | None]:
     """The unit with its model endpoint (a fresh per-task token), and the token to revoke afterwards."""
     if gateway is None or unit.model is None or unit.cell.model is None:
         return unit, None
     model = unit.model
     budget = Budget(calls=model.budget.calls, tokens=model.budget.tokens)
-    token = gateway.grant(
-        unit.key, unit.cell.model, scripted_upstream(unit, model), trajectory=task_dir / TRAJECTORY, budget=budget
-    )
+    upstream: Upstream = replay_upstream(unit, model) if model.replay else scripted_upstream(unit, model)
+    token = gateway.grant(unit.key, unit.cell.model, upstream, trajectory=task_dir / TRAJECTORY, budget=budget)
     endpoint = ModelEndpoint(
         name=unit.cell.model,
         api=model.agent_protocol,
@@ -91,7 +116,9 @@ def settle(output: TaskOutput, used: Grant, task_dir: Path) -> TaskOutput:
     }
     if (task_dir / TRAJECTORY).is_file():
         update["trajectory_path"] = f"tasks/{task_dir.name}/{TRAJECTORY}"
-    if used.exhausted is not None and output.result.error_kind is None:
+    if used.failed is not None and output.result.error_kind is None:
+        update.update(error_kind="agent", error=used.failed, exit_reason=ExitReason.ERROR)
+    elif used.exhausted is not None and output.result.error_kind is None:
         update["exit_reason"] = ExitReason.BUDGET
         update["error"] = f"budget exhausted: {used.exhausted}"
         update["mask_sample"] = output.result.mask_sample or output.result.resolved

@@ -173,6 +173,13 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
     return TaskOutput(result, files)
 
 
+def failed_output(unit: WorkUnit, error_kind: str, error: str) -> TaskOutput:
+    """The output of a task that could not even start (its model could not be set up, say)."""
+    trace = _Trace(error_kind=error_kind, error=error)
+    result = classify(unit, trace, None, "", None, image=None, started_at=_now())
+    return TaskOutput(result, artifacts(result, trace, None))
+
+
 def classify(
     unit: WorkUnit,
     trace: _Trace,

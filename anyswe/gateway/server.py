@@ -28,6 +28,7 @@ from anyswe.gateway.wire import (
     Conversation,
     Reply,
     WireError,
+    conversation_hash,
     read_request,
     render_error,
     render_json,
@@ -39,6 +40,10 @@ from anyswe.gateway.wire import (
 
 if TYPE_CHECKING:
     from aiohttp import web
+
+
+class UpstreamRefused(Exception):
+    """An upstream that will not answer this task any more (the message says why)."""
 
 
 class Upstream(Protocol):
@@ -77,6 +82,8 @@ class Grant:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     exhausted: str | None = None
+    #: Why the upstream refused for good (e.g. a replay that diverged): the task's error.
+    failed: str | None = None
     active: bool = True
 
     def over_budget(self) -> str | None:
@@ -219,9 +226,14 @@ class Gateway:
             # retried and the agent would spin; litellm turns a 403 into a retried APIError).
             return self._error(protocol, 401, f"anyswe budget exhausted: {limit}", "authentication_error")
         start = time.monotonic()
-        result = grant.upstream.reply(conv)
-        reply = await result if inspect.isawaitable(result) else result
-        self._account(grant, protocol, body, reply, time.monotonic() - start)
+        try:
+            result = grant.upstream.reply(conv)
+            reply = await result if inspect.isawaitable(result) else result
+        except UpstreamRefused as exc:
+            grant.failed = grant.failed or str(exc)
+            # As for a budget: a 401, which no client retries.
+            return self._error(protocol, 401, f"anyswe: {exc}", "authentication_error")
+        self._account(grant, protocol, body, conv, reply, time.monotonic() - start)
         if not conv.stream:
             return await self._respond_json(protocol, reply, conv)
         return await self._respond_stream(request, protocol, reply, conv)
@@ -243,7 +255,9 @@ class Gateway:
         await response.write_eof()
         return response
 
-    def _account(self, grant: Grant, protocol: Wire, body: Any, reply: Reply, latency: float) -> None:
+    def _account(
+        self, grant: Grant, protocol: Wire, body: Any, conv: Conversation, reply: Reply, latency: float
+    ) -> None:
         grant.calls += 1
         grant.input_tokens += reply.usage.input_tokens
         grant.output_tokens += reply.usage.output_tokens
@@ -256,6 +270,7 @@ class Gateway:
             "latency_s": round(latency, 4),
             "protocol": protocol,
             "model": grant.model,
+            "conversation_hash": conversation_hash(conv.messages),
             "request": body,
             "reply": {
                 "text": reply.text,

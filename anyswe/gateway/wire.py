@@ -9,6 +9,7 @@ usage, why it stopped).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -66,6 +67,12 @@ class Reply:
 
 class WireError(ValueError):
     """A request body that is not what its protocol says."""
+
+
+def conversation_hash(messages: list[Message]) -> str:
+    """A digest of what was said (roles, texts, tool calls and results), whatever the protocol or call ids."""
+    said = [(m.role, m.text, [(c.name, c.arguments) for c in m.tool_calls]) for m in messages]
+    return hashlib.sha256(json.dumps(said, sort_keys=True).encode()).hexdigest()
 
 
 # -- reading requests ---------------------------------------------------------------------------

@@ -74,3 +74,54 @@ def test_step_limit_and_budget_end_in_their_exit_reasons(runtimes: None, tmp_pat
     assert (limited["exit_reason"], limited["resolved"], limited["mask_sample"]) == ("max_iterations", True, True)
     assert (budgeted["exit_reason"], budgeted["resolved"], budgeted["mask_sample"]) == ("budget", True, True)
     assert budgeted["model_calls"] == 1 and "budget exhausted" in budgeted["error"]
+
+
+def replay_run(recorded: Path, run_dir: Path, *extra: str) -> Experiment:
+    exp = Experiment.load(
+        REPO / "specs" / "agents_demo.yaml",
+        overrides=[
+            "dataset.limit=2",
+            f"models.replayed={{api: scripted, protocol: openai-chat, replay: {{run: '{recorded}', "
+            "model: scripted-chat, provider: docker}}",
+            "matrix.models=[replayed]",
+            "matrix.providers=[apptainer]",
+            *extra,
+        ],
+        run_dir=run_dir,
+    )
+    exp.run(progress=False)
+    return exp
+
+
+def test_a_docker_run_replayed_on_apptainer_gives_the_same_patches(agents_run: Experiment, tmp_path: Path) -> None:
+    replayed = replay_run(agents_run.run_dir, tmp_path / "replayed").results()
+    recorded = agents_run.results().filter((pl.col("model") == "scripted-chat") & (pl.col("provider") == "docker"))
+    assert replayed.height == recorded.height == 2
+    assert replayed["resolved"].all() and (replayed["model_calls"] == 2).all()
+    assert dict(zip(replayed["instance_id"], replayed["model_patch"], strict=True)) == dict(
+        zip(recorded["instance_id"], recorded["model_patch"], strict=True)
+    )
+
+
+def test_a_replay_that_diverges_or_has_nothing_recorded_is_that_tasks_error(
+    agents_run: Experiment, tmp_path: Path
+) -> None:
+    import shutil
+
+    tampered = tmp_path / "tampered"
+    shutil.copytree(agents_run.run_dir, tampered)
+    docker_chat = agents_run.results().filter((pl.col("model") == "scripted-chat") & (pl.col("provider") == "docker"))
+    victim = docker_chat.row(0, named=True)
+    traj = tampered / victim["trajectory_path"]
+    calls = [json.loads(line) for line in traj.read_text().splitlines()]
+    calls[1]["conversation_hash"] = "0" * 64
+    traj.write_text("".join(json.dumps(c) + "\n" for c in calls))
+    df = replay_run(tampered, tmp_path / "diverged").results()
+    bad = df.filter(pl.col("instance_id") == victim["instance_id"]).row(0, named=True)
+    assert bad["error_kind"] == "agent" and "diverged at call 2" in bad["error"] and not bad["mask_sample"]
+    good = df.filter(pl.col("instance_id") != victim["instance_id"]).row(0, named=True)
+    assert good["resolved"] and good["error_kind"] is None
+    # Nothing recorded for another model name: the task says so; the run goes on.
+    df = replay_run(agents_run.run_dir, tmp_path / "missing", "models.replayed.replay.model=nope").results()
+    assert df.height == 2 and (df["error_kind"] == "agent").all()
+    assert df["error"].str.contains("has no recorded calls of mini x nope").all()
