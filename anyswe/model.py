@@ -56,6 +56,10 @@ class ModelSpec(BaseModel):
     script: Path | None = Field(default=None, description="scripted: a directory of per-instance scripts.")
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     replay: ReplaySpec | None = Field(default=None, description="Replay a recorded run's replies.")
+    misbehave: Literal["slow", "malformed", "flaky", "rate_limited", "never_submits", "context_window"] | None = Field(
+        default=None, description="scripted: misbehave this way (failure tests)."
+    )
+    delay: float = Field(default=30.0, ge=0, description="scripted, misbehave: slow: seconds each reply takes.")
 
     @property
     def agent_protocol(self) -> Protocol:
@@ -76,6 +80,8 @@ class ModelSpec(BaseModel):
         payload: dict[str, Any] = {"api": self.api, "model": self.model, "params": self.params}
         if self.api == "scripted":
             payload.update(protocol=self.agent_protocol, script=self.script)
+            if self.misbehave is not None:
+                payload.update(misbehave=self.misbehave, delay=self.delay)
         if self.budget != BudgetSpec():
             payload["budget"] = self.budget.model_dump()
         if self.replay is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -67,8 +68,13 @@ class SandboxEnvironment:
         self.sandbox, self.loop, self.cwd, self.timeout, self.env = sandbox, loop, cwd, timeout, env
         self.config = {"cwd": cwd, "timeout": timeout, "env": env}
 
+    stop: threading.Event | None = None
+
     def execute(self, action: dict[str, Any], cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
         from minisweagent.exceptions import Submitted
+
+        if self.stop is not None and self.stop.is_set():
+            raise _Stopped("the host stopped the agent")
 
         limit = timeout or self.timeout
         # stderr folded into stdout, as mini-swe-agent's own environments do.
@@ -93,6 +99,23 @@ class SandboxEnvironment:
         return {"info": {"config": {"environment": config, "environment_type": "anyswe.SandboxEnvironment"}}}
 
 
+class _Stopped(KeyboardInterrupt):
+    """Ends the agent's thread: mini-swe-agent lets a KeyboardInterrupt through (no retry, no recovery)."""
+
+
+def _StoppableModel(stop: threading.Event, **config: Any) -> Any:
+    """litellm's model, checking before every attempt whether the host stopped the agent."""
+    from minisweagent.models.litellm_model import LitellmModel
+
+    class StoppableModel(LitellmModel):  # type: ignore[misc]
+        def _query(self, messages: list[dict[str, str]], **kwargs: Any) -> Any:
+            if stop.is_set():
+                raise _Stopped("the host stopped the agent")
+            return super()._query(messages, **kwargs)
+
+    return StoppableModel(**config)
+
+
 class MiniSweAgent(Agent):
     name: ClassVar[str] = "mini-swe-agent"
     config_class = MiniSweAgentConfig
@@ -112,11 +135,12 @@ class MiniSweAgent(Agent):
             raise AgentError(f"mini-swe-agent: cannot read its config {path}: {exc}") from None
         return loaded
 
-    def _run_sync(self, ctx: AgentContext, loop: asyncio.AbstractEventLoop, traj: Path) -> dict[str, Any]:
+    def _run_sync(
+        self, ctx: AgentContext, loop: asyncio.AbstractEventLoop, traj: Path, stop: threading.Event
+    ) -> dict[str, Any]:
         _quiet_imports()
         import litellm
         from minisweagent.agents.default import DefaultAgent
-        from minisweagent.models.litellm_model import LitellmModel
 
         endpoint = ctx.model
         if endpoint is None or endpoint.base_url is None:
@@ -124,13 +148,15 @@ class MiniSweAgent(Agent):
         litellm.suppress_debug_info = True
         settings = self._settings()
         base = endpoint.base_url if endpoint.api == "anthropic-messages" else endpoint.base_url + "/v1"
-        model = LitellmModel(
+        model = _StoppableModel(
+            stop,
             model_name=_LITELLM_PREFIX[endpoint.api] + endpoint.model,
             model_kwargs={
                 **settings["model"].get("model_kwargs", {}),
                 **endpoint.params,
                 "api_base": base,
                 "api_key": endpoint.token,
+                "timeout": ctx.timeout,  # no call outlives the agent's own time
             },
             cost_tracking="ignore_errors",
             observation_template=settings["model"]["observation_template"],
@@ -138,6 +164,7 @@ class MiniSweAgent(Agent):
         )
         env_vars = {k: str(v) for k, v in (settings.get("environment", {}).get("env") or {}).items()}
         env = SandboxEnvironment(ctx.sandbox, loop, cwd=ctx.workdir, timeout=self.config.command_timeout, env=env_vars)
+        env.stop = stop
         agent = DefaultAgent(
             model,
             env,
@@ -152,17 +179,24 @@ class MiniSweAgent(Agent):
         return result
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
+        stop = threading.Event()
         with tempfile.TemporaryDirectory(prefix="anyswe-mswea-") as tmp:
             traj = Path(tmp) / "mini-swe-agent.traj.json"
             try:
-                result = await asyncio.to_thread(self._run_sync, ctx, asyncio.get_running_loop(), traj)
-                exit_status = str(result.get("exit_status", ""))
-                reason = _EXIT_REASONS.get(exit_status, ExitReason.ERROR)
+                result = await asyncio.to_thread(self._run_sync, ctx, asyncio.get_running_loop(), traj, stop)
+            except asyncio.CancelledError:
+                # The host stopped the agent (its timeout): its thread stops at its next step or call.
+                stop.set()
+                raise
             except AgentError:
                 raise
             except Exception as exc:  # the model call failed for good (a refused budget, a dead endpoint)
                 ctx.log(f"mini-swe-agent stopped: {type(exc).__name__}: {exc}")
-                exit_status, reason = type(exc).__name__, ExitReason.ERROR
+                exit_status = type(exc).__name__
+                reason = ExitReason.CONTEXT_WINDOW if "ContextWindow" in exit_status else ExitReason.ERROR
+            else:
+                exit_status = str(result.get("exit_status", ""))
+                reason = _EXIT_REASONS.get(exit_status, ExitReason.ERROR)
             ctx.log(f"mini-swe-agent exit status: {exit_status}")
             artifacts = {traj.name: traj.read_text()} if traj.is_file() else {}
         return AgentOutcome(exit_reason=reason, artifacts=artifacts, info={"exit_status": exit_status})

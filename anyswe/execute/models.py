@@ -14,6 +14,7 @@ import json
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from anyswe.agents import ExitReason, agent_class
 from anyswe.errors import AgentError, PlanError
@@ -51,14 +52,15 @@ async def run_gateway(units: list[WorkUnit]) -> AsyncIterator[Gateway | None]:
 def scripted_upstream(unit: WorkUnit, model: ModelSpec) -> ScriptedModel:
     """The scripted model for one task: its script file, or the oracle of its reference patch."""
     submit = agent_class(unit.agent.type).submit_command
+    manner: dict[str, Any] = {"misbehave": model.misbehave, "delay": model.delay}
     if model.script is None:
-        return ScriptedModel.oracle(unit.instance.patch, get_harness(unit.harness).workdir, submit=submit)
+        return ScriptedModel.oracle(unit.instance.patch, get_harness(unit.harness).workdir, submit=submit, **manner)
     path = model.script / f"{unit.instance.instance_id}.json"
     try:
         steps = json.loads(path.read_text())["steps"]
     except (OSError, ValueError, KeyError) as exc:
         raise AgentError(f"scripted model: no usable script for {unit.instance.instance_id} at {path}: {exc}") from None
-    return ScriptedModel([str(s) for s in steps], submit=submit)
+    return ScriptedModel([str(s) for s in steps], submit=submit, **manner)
 
 
 def replay_upstream(unit: WorkUnit, model: ModelSpec) -> ReplayModel:

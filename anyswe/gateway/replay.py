@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from anyswe.gateway.server import UpstreamRefused
+from anyswe.gateway.errors import UpstreamRefused
 from anyswe.gateway.wire import Conversation, Reply, ToolCall, Usage, conversation_hash
 
 

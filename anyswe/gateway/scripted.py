@@ -10,12 +10,20 @@ agent can be exercised end to end on any dataset without a paid model.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from anyswe.gateway.wire import Conversation, Message, Reply, ToolCall, Usage
+from anyswe.gateway.errors import UpstreamError
+from anyswe.gateway.wire import Conversation, Message, Reply, ToolCall, Usage, conversation_hash
+
+#: The ways the scripted model can misbehave, for failure tests: each reply ``delay`` seconds late;
+#: a call of a tool the agent does not have; a 500 then success (per conversation); a 429 with
+#: Retry-After then success; never submitting; a context-window error.
+Misbehaviour = Literal["slow", "malformed", "flaky", "rate_limited", "never_submits", "context_window"]
 
 #: Tool names agents give their shell (mini-swe-agent `bash`, Claude Code `Bash`, ...).
 _SHELL_NAMES = ("bash", "shell", "terminal", "exec", "run_shell_command", "execute_command", "exec_command")
@@ -45,9 +53,12 @@ class ScriptedModel:
     steps: list[str]
     submit: str | None = None
     final_text: str = "I have made the change and I am done."
+    misbehave: Misbehaviour | None = None
+    delay: float = 0.0
+    _failed_once: set[str] = field(default_factory=set, repr=False)
 
     @classmethod
-    def oracle(cls, patch: str, workdir: str, *, submit: str | None = None) -> ScriptedModel:
+    def oracle(cls, patch: str, workdir: str, *, submit: str | None = None, **kw: Any) -> ScriptedModel:
         """Apply ``patch`` in ``workdir`` (one shell command, the patch in a here-document), then submit."""
         delimiter = "ANYSWE_ORACLE_EOF"
         while delimiter in patch:
@@ -57,7 +68,7 @@ class ScriptedModel:
             f"cd {workdir} && cat > /tmp/anyswe-oracle.diff <<'{delimiter}'\n{body}{delimiter}\n"
             "git apply /tmp/anyswe-oracle.diff && rm -f /tmp/anyswe-oracle.diff"
         )
-        return cls(steps=[command], submit=submit)
+        return cls(steps=[command], submit=submit, **kw)
 
     def _actions_taken(self, messages: list[Message]) -> int:
         return sum(len(m.tool_calls) for m in messages if m.role == "assistant") + sum(
@@ -71,10 +82,44 @@ class ScriptedModel:
         name, arg = tool
         return Reply(text="", tool_calls=[ToolCall(f"call_{n:04d}", name, {arg: command})], stop="tool_use")
 
-    def reply(self, conv: Conversation) -> Reply:
-        """The next reply for this conversation, with deterministic token counts."""
+    def _fail_first(self, conv: Conversation) -> None:
+        """The first call with a given conversation fails; the same call again succeeds."""
+        digest = conversation_hash(conv.messages)
+        if digest in self._failed_once:
+            return
+        self._failed_once.add(digest)
+        if self.misbehave == "flaky":
+            raise UpstreamError(500, "scripted model: a transient server error", kind="api_error")
+        raise UpstreamError(429, "scripted model: rate limited", kind="rate_limit_error", retry_after=1)
+
+    def reply(self, conv: Conversation) -> Reply | Awaitable[Reply]:
+        """The next reply for this conversation (misbehaving as configured)."""
+        if self.misbehave == "context_window":
+            raise UpstreamError(
+                400,
+                "This model's maximum context length is 1000 tokens. However, your messages resulted in 4000 "
+                "tokens (prompt is too long).",
+                kind="invalid_request_error",
+                code="context_length_exceeded",
+            )
+        if self.misbehave in ("flaky", "rate_limited"):
+            self._fail_first(conv)
+        reply = self._reply(conv)
+        if self.misbehave == "slow":
+            return self._late(reply)
+        return reply
+
+    async def _late(self, reply: Reply) -> Reply:
+        await asyncio.sleep(self.delay)
+        return reply
+
+    def _reply(self, conv: Conversation) -> Reply:
         n = self._actions_taken(conv.messages)
-        if n < len(self.steps):
+        if self.misbehave == "never_submits":
+            reply = self._call(f"echo step {n}", conv, n)
+        elif self.misbehave == "malformed":
+            reply = Reply(tool_calls=[ToolCall(f"call_{n:04d}", "no_such_tool", {"x": 1})], stop="tool_use")
+        elif n < len(self.steps):
             reply = self._call(self.steps[n], conv, n)
         elif n == len(self.steps) and self.submit is not None:
             reply = self._call(self.submit, conv, n)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from anyswe.gateway.errors import UpstreamError, UpstreamRefused
 from anyswe.gateway.wire import (
     Conversation,
     Reply,
@@ -40,10 +41,6 @@ from anyswe.gateway.wire import (
 
 if TYPE_CHECKING:
     from aiohttp import web
-
-
-class UpstreamRefused(Exception):
-    """An upstream that will not answer this task any more (the message says why)."""
 
 
 class Upstream(Protocol):
@@ -84,6 +81,8 @@ class Grant:
     exhausted: str | None = None
     #: Why the upstream refused for good (e.g. a replay that diverged): the task's error.
     failed: str | None = None
+    #: Calls the upstream failed (rate limits, server errors) that the agent may have retried.
+    upstream_errors: int = 0
     active: bool = True
 
     def over_budget(self) -> str | None:
@@ -186,6 +185,15 @@ class Gateway:
 
         return web.json_response(render_error(protocol, status, message, kind), status=status)
 
+    def _upstream_error(self, protocol: Wire, exc: UpstreamError) -> web.Response:
+        from aiohttp import web
+
+        body = render_error(protocol, exc.status, str(exc), exc.kind)
+        if exc.code is not None and protocol != "anthropic-messages":
+            body["error"]["code"] = exc.code
+        headers = {"Retry-After": f"{exc.retry_after:g}"} if exc.retry_after is not None else None
+        return web.json_response(body, status=exc.status, headers=headers)
+
     async def _not_found(self, request: web.Request) -> web.Response:
         protocol = _protocol_for(request.path)
         return self._error(
@@ -233,6 +241,9 @@ class Gateway:
             grant.failed = grant.failed or str(exc)
             # As for a budget: a 401, which no client retries.
             return self._error(protocol, 401, f"anyswe: {exc}", "authentication_error")
+        except UpstreamError as exc:
+            grant.upstream_errors += 1
+            return self._upstream_error(protocol, exc)
         self._account(grant, protocol, body, conv, reply, time.monotonic() - start)
         if not conv.stream:
             return await self._respond_json(protocol, reply, conv)

@@ -125,3 +125,29 @@ def test_a_replay_that_diverges_or_has_nothing_recorded_is_that_tasks_error(
     df = replay_run(agents_run.run_dir, tmp_path / "missing", "models.replayed.replay.model=nope").results()
     assert df.height == 2 and (df["error_kind"] == "agent").all()
     assert df["error"].str.contains("has no recorded calls of mini x nope").all()
+
+
+def test_misbehaving_models_end_in_the_right_exit_reason(runtimes: None, tmp_path: Path) -> None:
+    """Each misbehaving variant of the scripted model, through mini-swe-agent, on docker."""
+    variants = {
+        "flaky": ("submitted", True, False),  # a 500, retried by the client, then success
+        "rate_limited": ("submitted", True, False),  # a 429 with Retry-After, then success
+        "never_submits": ("max_iterations", False, False),  # stopped at its step limit: counts
+        "malformed": ("error", False, False),  # calls a tool it does not have, until the agent gives up
+        "context_window": ("context_window", False, False),
+        "slow": ("timeout", False, True),  # the host's agent timeout: masked
+    }
+    overrides = [
+        "dataset.limit=1",
+        "matrix.providers=[docker]",
+        "agents.mini.step_limit=3",
+        "timeouts.agent=30",
+        f"matrix.models=[{', '.join(variants)}]",
+    ]
+    for name in variants:
+        overrides.append(f"models.{name}={{api: scripted, protocol: openai-chat, misbehave: {name}, delay: 90}}")
+    exp = Experiment.load(REPO / "specs" / "agents_demo.yaml", overrides=overrides, run_dir=tmp_path / "run")
+    summary = exp.run(progress=False)
+    assert summary.ran == len(variants)
+    got = {r["model"]: (r["exit_reason"], r["resolved"], r["mask_sample"]) for r in exp.results().iter_rows(named=True)}
+    assert got == variants
