@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from anyswe.agents import ExitReason, agent_class
-from anyswe.errors import AgentError, PlanError
+from anyswe.errors import AgentError
 from anyswe.execute.unit import TaskOutput, WorkUnit
 from anyswe.gateway import Budget, Gateway, Grant, ScriptedModel
 from anyswe.gateway.replay import ReplayModel
 from anyswe.gateway.server import Upstream
+from anyswe.gateway.upstream import HttpUpstream
 from anyswe.grading import get_harness
 from anyswe.model import ModelEndpoint, ModelSpec
 
@@ -34,15 +35,6 @@ async def run_gateway(units: list[WorkUnit]) -> AsyncIterator[Gateway | None]:
     if not any(u.model is not None for u in units):
         yield None
         return
-    real = sorted(
-        {f"{u.cell.model} ({u.model.api})" for u in units if u.model is not None and u.model.api != "scripted"}
-    )
-    if real:
-        # Checked before any task starts: planning such a spec works, running it needs the upstream clients.
-        raise PlanError(
-            f"models {', '.join(real)}: this anyswe's gateway serves `api: scripted` models only; "
-            "clients for real upstream APIs are not built yet"
-        )
     with tempfile.TemporaryDirectory(prefix="anyswe-gw-") as tmp:
         async with Gateway(socket_dir=Path(tmp)) as gateway:
             await gateway.start()
@@ -93,7 +85,13 @@ def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[Work
         return unit, None
     model = unit.model
     budget = Budget(calls=model.budget.calls, tokens=model.budget.tokens)
-    upstream: Upstream = replay_upstream(unit, model) if model.replay else scripted_upstream(unit, model)
+    upstream: Upstream
+    if model.replay is not None:
+        upstream = replay_upstream(unit, model)
+    elif model.api == "scripted":
+        upstream = scripted_upstream(unit, model)
+    else:
+        upstream = HttpUpstream(model)
     token = gateway.grant(unit.key, unit.cell.model, upstream, trajectory=task_dir / TRAJECTORY, budget=budget)
     endpoint = ModelEndpoint(
         name=unit.cell.model,

@@ -111,10 +111,17 @@ class Gateway:
     # -- tokens -----------------------------------------------------------------------------------
 
     def grant(
-        self, key: str, model: str, upstream: Upstream, *, trajectory: Path | None = None, budget: Budget | None = None
+        self,
+        key: str,
+        model: str,
+        upstream: Upstream,
+        *,
+        trajectory: Path | None = None,
+        budget: Budget | None = None,
+        token: str | None = None,
     ) -> str:
-        """A new token for task ``key`` on ``model``; the token is the only credential the agent gets."""
-        token = f"anyswe-{secrets.token_urlsafe(24)}"
+        """A new token for task ``key`` on ``model`` (or the given one): the only credential the agent gets."""
+        token = token or f"anyswe-{secrets.token_urlsafe(24)}"
         self._grants[token] = Grant(key, model, upstream, trajectory, budget or Budget())
         return token
 

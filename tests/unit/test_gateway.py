@@ -217,3 +217,72 @@ def test_oracle_applies_the_patch_then_submits(tmp_path: Path) -> None:
     assert (repo / "f.txt").read_text() == "new ANYSWE_ORACLE_EOF\n"  # a delimiter inside the patch is safe
     after = Conversation("m", [Message("user", "fix"), Message("assistant", tool_calls=step.tool_calls)], tools)
     assert model.reply(after).tool_calls[0].arguments == {"command": SUBMIT}
+
+
+@pytest.mark.parametrize("upstream_api", ["openai-chat", "anthropic-messages", "openai-responses"])
+@pytest.mark.parametrize("agent_api", ["openai-chat", "anthropic-messages", "openai-responses"])
+async def test_any_agent_protocol_on_any_upstream_protocol(
+    gateway: Gateway, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent_api: str, upstream_api: str
+) -> None:
+    """The agent speaks one protocol to the gateway, the model another: translated, tools and streaming included.
+
+    The upstream is a second gateway serving the scripted model (it speaks every protocol), so the
+    real key — the upstream's token — is checked by a real HTTP server and must reach only it.
+    """
+    from anyswe.gateway.upstream import HttpUpstream
+    from anyswe.model import ModelSpec
+
+    key = "sk-anyswe-sentinel-" + "x" * 16
+    async with Gateway() as provider:
+        await provider.start()
+        provider.grant("upstream", "m", ScriptedModel(STEPS), token=key, trajectory=tmp_path / "upstream.jsonl")
+        monkeypatch.setenv("ANYSWE_TEST_UPSTREAM_KEY", key)
+        base = provider.url() if upstream_api == "anthropic-messages" else provider.url() + "/v1"
+        spec = ModelSpec(
+            api=upstream_api,
+            model="m",
+            base_url=base,
+            api_key_env="ANYSWE_TEST_UPSTREAM_KEY",
+            params={"temperature": 1.0},
+        )  # type: ignore[arg-type]
+        token = gateway.grant("task-1", "m", HttpUpstream(spec), trajectory=tmp_path / "traj.jsonl")
+        command = await _ask(gateway, token, agent_api)
+        assert command == STEPS[0]
+        upstream_calls = [json.loads(x) for x in (tmp_path / "upstream.jsonl").read_text().splitlines()]
+        assert [c["protocol"] for c in upstream_calls] == [upstream_api]
+        assert upstream_calls[0]["request"].get("temperature") == 1.0  # the spec's params were applied
+        assert gateway.revoke(token).input_tokens > 0
+    assert key not in (tmp_path / "traj.jsonl").read_text() and key != token
+
+
+async def _ask(gateway: Gateway, token: str, agent_api: str) -> str:
+    """One streamed request in ``agent_api`` through the gateway; the shell command the model called."""
+    if agent_api == "anthropic-messages":
+        client = _client(anthropic.AsyncAnthropic, base_url=gateway.url(), api_key=token)
+        ask = {
+            "model": "m",
+            "max_tokens": 100,
+            "tools": [BASH_ANTHROPIC],
+            "messages": [{"role": "user", "content": "go"}],
+        }
+        async with client.messages.stream(**ask) as stream:  # type: ignore[arg-type]
+            message = await stream.get_final_message()
+        return str(message.content[-1].input["command"])  # type: ignore[union-attr]
+    client = _client(openai.AsyncOpenAI, base_url=gateway.url() + "/v1", api_key=token)
+    if agent_api == "openai-chat":
+        stream = await client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "go"}],
+            tools=[BASH_CHAT],
+            stream=True,  # type: ignore[list-item]
+        )
+        args = ""
+        async for chunk in stream:
+            for choice in chunk.choices:
+                args += "".join(tc.function.arguments or "" for tc in choice.delta.tool_calls or [])  # type: ignore[union-attr]
+        return str(json.loads(args)["command"])
+    events = await client.responses.create(model="m", input="go", tools=[BASH_RESPONSES], stream=True)  # type: ignore[list-item]
+    async for event in events:
+        if event.type == "response.completed":
+            return str(json.loads(event.response.output[0].arguments)["command"])  # type: ignore[union-attr]
+    raise AssertionError("no response.completed event")

@@ -119,20 +119,28 @@ def test_harness_prepares_once_per_repo_and_version() -> None:
     assert calls == [("o/r", "1"), ("o/r", "2"), ("o/q", "1")]
 
 
-def test_real_upstreams_plan_but_do_not_run_yet(tmp_path: Path) -> None:
+def test_a_real_model_gets_an_http_upstream_and_the_key_stays_in_the_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import asyncio
 
-    from anyswe.errors import PlanError
-    from anyswe.execute.models import run_gateway
+    from anyswe.execute.models import grant, run_gateway
+    from anyswe.gateway.upstream import HttpUpstream
 
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-in-a-unit")
     text = SPEC.replace("gold: {type: gold}", "mini: {type: mini-swe-agent}")
-    text += "models:\n  gpt: {api: openai-chat, model: gpt-x, api_key_env: OPENAI_API_KEY}\n"
-    plan = make_plan(load_spec(spec_path(tmp_path, text)))  # planning works
+    text += "models:\n  gpt: {api: openai-chat, model: gpt-x, base_url: 'http://127.0.0.1:9/v1', "
+    text += "api_key_env: OPENAI_API_KEY}\n"
+    plan = make_plan(load_spec(spec_path(tmp_path, text)))
     units = [make_unit(plan, t, run_id="r", attempt=1) for t in plan.tasks]
 
-    async def open_it() -> None:
-        async with run_gateway(units):
-            pass
+    async def granted() -> tuple[str, object, str]:
+        async with run_gateway(units) as gateway:
+            assert gateway is not None
+            unit, token = grant(gateway, units[0], tmp_path / "task")
+            assert unit.endpoint is not None and token is not None
+            return unit.endpoint.token or "", gateway.revoke(token).upstream, repr(unit)
 
-    with pytest.raises(PlanError, match=r"gpt \(openai-chat\).*scripted"):
-        asyncio.run(open_it())
+    token, upstream, unit_repr = asyncio.run(granted())
+    assert isinstance(upstream, HttpUpstream) and token.startswith("anyswe-")
+    assert "sk-never-in-a-unit" not in unit_repr + token
