@@ -22,8 +22,26 @@ class BudgetSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    calls: int | None = Field(default=None, ge=1, description="Model calls per task.")
+    calls: int | None = Field(default=None, ge=1, description="Model calls per task (a turn cap for any agent).")
     tokens: int | None = Field(default=None, ge=1, description="Input + output tokens per task.")
+    seconds: float | None = Field(default=None, gt=0, description="Wall time from the task's first call.")
+
+
+class PriceSpec(BaseModel):
+    """US dollars per million tokens; with them, each task's cost is in its result."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_read: float | None = Field(default=None, ge=0, description="Default: the input price.")
+    cache_write: float | None = Field(default=None, ge=0, description="Default: the input price.")
+
+    def cost(self, input_tokens: int, output_tokens: int, cache_read: int, cache_write: int) -> float:
+        read = self.input if self.cache_read is None else self.cache_read
+        write = self.input if self.cache_write is None else self.cache_write
+        total = input_tokens * self.input + output_tokens * self.output + cache_read * read + cache_write * write
+        return round(total / 1e6, 6)
 
 
 class ReplaySpec(BaseModel):
@@ -55,6 +73,7 @@ class ModelSpec(BaseModel):
     protocol: Protocol | None = Field(default=None, description="scripted: the protocol agents speak to it.")
     script: Path | None = Field(default=None, description="scripted: a directory of per-instance scripts.")
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    prices: PriceSpec | None = Field(default=None, description="USD per million tokens, for the cost per task.")
     replay: ReplaySpec | None = Field(default=None, description="Replay a recorded run's replies.")
     misbehave: Literal["slow", "malformed", "flaky", "rate_limited", "never_submits", "context_window"] | None = Field(
         default=None, description="scripted: misbehave this way (failure tests)."

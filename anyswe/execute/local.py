@@ -87,7 +87,7 @@ async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, 
                 else:
                     output = await worker.run(unit)
                     if gateway is not None and token is not None:
-                        output = models.settle(output, gateway.revoke(token), task_dir)
+                        output = models.settle(output, gateway.revoke(token), task_dir, unit.model)
             record(store, output)
             resolved += output.result.resolved
             errors += output.result.error_kind is not None

@@ -84,7 +84,7 @@ def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[Work
     if gateway is None or unit.model is None or unit.cell.model is None:
         return unit, None
     model = unit.model
-    budget = Budget(calls=model.budget.calls, tokens=model.budget.tokens)
+    budget = Budget(calls=model.budget.calls, tokens=model.budget.tokens, seconds=model.budget.seconds)
     upstream: Upstream
     if model.replay is not None:
         upstream = replay_upstream(unit, model)
@@ -105,8 +105,8 @@ def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[Work
     return dataclasses.replace(unit, endpoint=endpoint), token
 
 
-def settle(output: TaskOutput, used: Grant, task_dir: Path) -> TaskOutput:
-    """Fold a task's model usage (and a budget stop) into its result."""
+def settle(output: TaskOutput, used: Grant, task_dir: Path, model: ModelSpec | None = None) -> TaskOutput:
+    """Fold a task's model usage (cost, applied params, a budget stop) into its result."""
     update: dict[str, object] = {
         "model_calls": used.calls,
         "input_tokens": used.input_tokens,
@@ -114,6 +114,11 @@ def settle(output: TaskOutput, used: Grant, task_dir: Path) -> TaskOutput:
         "cache_read_tokens": used.cache_read_tokens,
         "cache_write_tokens": used.cache_write_tokens,
     }
+    if model is not None and model.params:
+        update["model_params"] = json.dumps(model.params, sort_keys=True)
+    if model is not None and model.prices is not None:
+        tokens = (used.input_tokens, used.output_tokens, used.cache_read_tokens, used.cache_write_tokens)
+        update["cost_usd"] = model.prices.cost(*tokens)
     if (task_dir / TRAJECTORY).is_file():
         update["trajectory_path"] = f"tasks/{task_dir.name}/{TRAJECTORY}"
     if used.failed is not None and output.result.error_kind is None:

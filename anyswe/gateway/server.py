@@ -62,6 +62,7 @@ class Budget:
 
     calls: int | None = None
     tokens: int | None = None
+    seconds: float | None = None
 
 
 @dataclass
@@ -79,6 +80,7 @@ class Grant:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     exhausted: str | None = None
+    first_call: float | None = None
     #: Why the upstream refused for good (e.g. a replay that diverged): the task's error.
     failed: str | None = None
     #: Calls the upstream failed (rate limits, server errors) that the agent may have retried.
@@ -88,6 +90,9 @@ class Grant:
     def over_budget(self) -> str | None:
         if self.budget.calls is not None and self.calls >= self.budget.calls:
             return f"calls ({self.budget.calls})"
+        started, seconds = self.first_call, self.budget.seconds
+        if seconds is not None and started is not None and time.monotonic() - started >= seconds:
+            return f"seconds ({seconds:g})"
         used = self.input_tokens + self.output_tokens
         if self.budget.tokens is not None and used >= self.budget.tokens:
             return f"tokens ({self.budget.tokens})"
@@ -241,6 +246,7 @@ class Gateway:
             # retried and the agent would spin; litellm turns a 403 into a retried APIError).
             return self._error(protocol, 401, f"anyswe budget exhausted: {limit}", "authentication_error")
         start = time.monotonic()
+        grant.first_call = grant.first_call or start
         try:
             result = grant.upstream.reply(conv)
             reply = await result if inspect.isawaitable(result) else result

@@ -71,6 +71,8 @@ class TaskResult(BaseModel):
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     cost_usd: float | None = None
+    #: The sampling parameters the gateway applied to every call (JSON), from the spec's model params.
+    model_params: str | None = None
     trajectory_path: str | None = None
     # -- errors and masking ---------------------------------------------------------------------------
     error_kind: ErrorKind | None = None

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 def agents_run(runtimes: None, tmp_path_factory: pytest.TempPathFactory) -> Experiment:
     exp = Experiment.load(
         REPO / "specs" / "agents_demo.yaml",
-        overrides=["dataset.limit=2"],
+        overrides=["dataset.limit=2", "matrix.models=[scripted-chat, scripted-messages, scripted-responses]"],
         run_dir=tmp_path_factory.mktemp("agents-run"),
     )
     summary = exp.run(progress=False)
@@ -151,3 +151,86 @@ def test_misbehaving_models_end_in_the_right_exit_reason(runtimes: None, tmp_pat
     assert summary.ran == len(variants)
     got = {r["model"]: (r["exit_reason"], r["resolved"], r["mask_sample"]) for r in exp.results().iter_rows(named=True)}
     assert got == variants
+
+
+def test_a_real_protocol_model_keeps_its_key_in_the_gateway(
+    runtimes: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model reached over HTTP in its own protocol (Anthropic Messages, while mini-swe-agent speaks
+    OpenAI chat to the gateway), with a sentinel key: resolved on both runtimes, cost and params in the
+    rows, and the key in no file of the run directory and no process's command line meanwhile."""
+    import asyncio
+    import subprocess
+    import threading
+    import uuid
+
+    from anyswe.datasets import load_dataset
+    from anyswe.gateway import Gateway, ScriptedModel
+
+    key = f"sk-anyswe-sentinel-{uuid.uuid4().hex}"
+    instance = load_dataset("demo").instances[0]
+    ready, done = threading.Event(), threading.Event()
+    url: list[str] = []
+
+    def provider() -> None:  # the "model provider": checks the key, answers as the oracle
+        async def serve() -> None:
+            async with Gateway() as gw:
+                await gw.start()
+                oracle = ScriptedModel.oracle(
+                    instance.patch, "/testbed", submit="echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+                )
+                gw.grant("provider", "m", oracle, token=key)
+                url.append(gw.url())
+                ready.set()
+                while not done.is_set():
+                    await asyncio.sleep(0.05)
+
+        asyncio.run(serve())
+
+    seen: list[str] = []
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.append(subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout)
+            done.wait(0.3)
+
+    threads = [threading.Thread(target=provider, daemon=True), threading.Thread(target=watch, daemon=True)]
+    for t in threads:
+        t.start()
+    assert ready.wait(30)
+    monkeypatch.setenv("ANYSWE_TEST_SENTINEL_KEY", key)
+    model = (
+        f"{{api: anthropic-messages, model: m, base_url: '{url[0]}', api_key_env: ANYSWE_TEST_SENTINEL_KEY, "
+        "params: {temperature: 1.0}, prices: {input: 3.0, output: 15.0}}"
+    )
+    exp = Experiment.load(
+        REPO / "specs" / "agents_demo.yaml",
+        overrides=[f"dataset.instance_ids=[{instance.instance_id}]", f"models.real={model}", "matrix.models=[real]"],
+        run_dir=tmp_path / "run",
+    )
+    try:
+        exp.run(progress=False)
+    finally:
+        done.set()
+        for t in threads:
+            t.join(30)
+    df = exp.results()
+    assert df.height == 2 and df["resolved"].all() and set(df["exit_reason"]) == {"submitted"}
+    assert set(df["model_params"]) == {'{"temperature": 1.0}'} and (df["cost_usd"] > 0).all()
+    leaks = [p for p in (tmp_path / "run").rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
+    assert leaks == [] and len(seen) > 3 and not any(key in snapshot for snapshot in seen)
+
+
+def test_per_task_scripts_resolve_every_demo_task(runtimes: None, tmp_path: Path) -> None:
+    from anyswe.datasets import demo
+
+    committed = {p.stem: json.loads(p.read_text())["steps"] for p in (REPO / "specs" / "demo-scripts").glob("*.json")}
+    assert committed == demo.scripts()  # the files are what the demo's fix/ directories say
+    exp = Experiment.load(
+        REPO / "specs" / "agents_demo.yaml",
+        overrides=["matrix.models=[scripted-script]", "matrix.providers=[docker]"],
+        run_dir=tmp_path / "run",
+    )
+    exp.run(progress=False)
+    df = exp.results()
+    assert df.height == 8 and df["resolved"].all() and set(df["exit_reason"]) == {"submitted"}

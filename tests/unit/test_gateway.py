@@ -286,3 +286,14 @@ async def _ask(gateway: Gateway, token: str, agent_api: str) -> str:
         if event.type == "response.completed":
             return str(json.loads(event.response.output[0].arguments)["command"])  # type: ignore[union-attr]
     raise AssertionError("no response.completed event")
+
+
+async def test_wall_time_budget(gateway: Gateway, tmp_path: Path) -> None:
+    import asyncio
+
+    token = grant(gateway, tmp_path, budget=Budget(seconds=0.2))
+    client = _client(openai.AsyncOpenAI, base_url=gateway.url() + "/v1", api_key=token)
+    await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    await asyncio.sleep(0.3)  # past the budget, counted from the first call
+    with pytest.raises(openai.AuthenticationError, match="budget exhausted: seconds"):
+        await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])

@@ -174,3 +174,25 @@ def build_context(instance_id: str, base_image: str, *, swebench_shaped: bool = 
     extra = _ACTIVATE + _PYTEST if swebench_shaped else ""
     tag_hash = hashlib.sha256((out.name + "\0" + dockerfile + extra).encode()).hexdigest()[:12]
     return docker_file, f"anyswe-demo/{name}:{tag_hash}"
+
+
+def scripts() -> dict[str, list[str]]:
+    """Per task, the shell commands that write its fixed files into /testbed: the scripted model's script.
+
+    Made from each task's ``fix/`` directory on the host (what a scripted agent would type), never
+    from the gold patch inside a sandbox; ``specs/demo-scripts`` holds them as files.
+    """
+    out: dict[str, list[str]] = {}
+    for iid, task_dir in task_dirs().items():
+        steps = []
+        for path in sorted(p for p in (task_dir / "fix").rglob("*") if p.is_file()):
+            rel = path.relative_to(task_dir / "fix").as_posix()
+            body = path.read_text()
+            delimiter = "ANYSWE_SCRIPT_EOF"
+            while delimiter in body:
+                delimiter += "_X"
+            end = "" if body.endswith("\n") else "\n"
+            write = f"mkdir -p \"$(dirname /testbed/{rel})\" && cat > /testbed/{rel} <<'{delimiter}'"
+            steps.append(f"{write}\n{body}{end}{delimiter}")
+        out[iid] = steps
+    return out
