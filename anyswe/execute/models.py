@@ -107,18 +107,11 @@ def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[Work
 
 def settle(output: TaskOutput, used: Grant, task_dir: Path, model: ModelSpec | None = None) -> TaskOutput:
     """Fold a task's model usage (cost, applied params, a budget stop) into its result."""
-    update: dict[str, object] = {
-        "model_calls": used.calls,
-        "input_tokens": used.input_tokens,
-        "output_tokens": used.output_tokens,
-        "cache_read_tokens": used.cache_read_tokens,
-        "cache_write_tokens": used.cache_write_tokens,
-    }
+    update: dict[str, object] = {"model_calls": used.calls, **vars(used.usage)}
     if model is not None and model.params:
         update["model_params"] = json.dumps(model.params, sort_keys=True)
     if model is not None and model.prices is not None:
-        tokens = (used.input_tokens, used.output_tokens, used.cache_read_tokens, used.cache_write_tokens)
-        update["cost_usd"] = model.prices.cost(*tokens)
+        update["cost_usd"] = model.prices.cost(*vars(used.usage).values())
     if (task_dir / TRAJECTORY).is_file():
         update["trajectory_path"] = f"tasks/{task_dir.name}/{TRAJECTORY}"
     if used.failed is not None and output.result.error_kind is None:

@@ -28,6 +28,7 @@ from anyswe.gateway.errors import UpstreamError, UpstreamRefused
 from anyswe.gateway.wire import (
     Conversation,
     Reply,
+    Usage,
     WireError,
     conversation_hash,
     read_request,
@@ -75,10 +76,7 @@ class Grant:
     trajectory: Path | None = None
     budget: Budget = field(default_factory=Budget)
     calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
+    usage: Usage = field(default_factory=Usage)
     exhausted: str | None = None
     first_call: float | None = None
     #: Why the upstream refused for good (e.g. a replay that diverged): the task's error.
@@ -93,7 +91,7 @@ class Grant:
         started, seconds = self.first_call, self.budget.seconds
         if seconds is not None and started is not None and time.monotonic() - started >= seconds:
             return f"seconds ({seconds:g})"
-        used = self.input_tokens + self.output_tokens
+        used = self.usage.input_tokens + self.usage.output_tokens
         if self.budget.tokens is not None and used >= self.budget.tokens:
             return f"tokens ({self.budget.tokens})"
         return None
@@ -283,10 +281,7 @@ class Gateway:
         self, grant: Grant, protocol: Wire, body: Any, conv: Conversation, reply: Reply, latency: float
     ) -> None:
         grant.calls += 1
-        grant.input_tokens += reply.usage.input_tokens
-        grant.output_tokens += reply.usage.output_tokens
-        grant.cache_read_tokens += reply.usage.cache_read_tokens
-        grant.cache_write_tokens += reply.usage.cache_write_tokens
+        grant.usage = grant.usage + reply.usage
         if grant.trajectory is None:
             return
         record = {

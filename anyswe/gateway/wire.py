@@ -49,12 +49,15 @@ class Conversation:
     include_usage: bool = False  # openai-chat: stream_options.include_usage
 
 
-@dataclass
+@dataclass(frozen=True)
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(*(a + b for a, b in zip(vars(self).values(), vars(other).values(), strict=True)))
 
 
 @dataclass
@@ -191,12 +194,8 @@ _CHAT_STOP = {"end": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
 
 
 def _anthropic_usage(u: Usage) -> dict[str, int]:
-    return {
-        "input_tokens": u.input_tokens,
-        "output_tokens": u.output_tokens,
-        "cache_creation_input_tokens": u.cache_write_tokens,
-        "cache_read_input_tokens": u.cache_read_tokens,
-    }
+    cache = {"cache_creation_input_tokens": u.cache_write_tokens, "cache_read_input_tokens": u.cache_read_tokens}
+    return {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, **cache}
 
 
 def _chat_usage(u: Usage) -> dict[str, Any]:

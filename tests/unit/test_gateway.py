@@ -175,7 +175,7 @@ async def test_tokens_refused_routes_models_and_trajectory(gateway: Gateway, tmp
         await good.embeddings.create(model="m", input="x")
     assert "no route POST /v1/embeddings" in str(info.value)
     usage = gateway.revoke(token)
-    assert usage.calls == 1 and usage.input_tokens > 0  # model listings are not model calls
+    assert usage.calls == 1 and usage.usage.input_tokens > 0  # model listings are not model calls
     with pytest.raises(openai.AuthenticationError):
         await good.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     lines = [json.loads(x) for x in (tmp_path / "traj.jsonl").read_text().splitlines()]
@@ -251,7 +251,7 @@ async def test_any_agent_protocol_on_any_upstream_protocol(
         upstream_calls = [json.loads(x) for x in (tmp_path / "upstream.jsonl").read_text().splitlines()]
         assert [c["protocol"] for c in upstream_calls] == [upstream_api]
         assert upstream_calls[0]["request"].get("temperature") == 1.0  # the spec's params were applied
-        assert gateway.revoke(token).input_tokens > 0
+        assert gateway.revoke(token).usage.input_tokens > 0
     assert key not in (tmp_path / "traj.jsonl").read_text() and key != token
 
 
