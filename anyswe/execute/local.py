@@ -54,7 +54,20 @@ def pending_units(plan: Plan, store: RunStore, run_id: str) -> list[WorkUnit]:
 
 
 def record(store: RunStore, output: TaskOutput) -> None:
-    """Write a task's artefacts, then its result row (a row always has its files beside it)."""
+    """Write a task's artefacts, then its result row (a row always has its files beside it).
+
+    What one task produced cannot stop the run: if its artefacts or row cannot be written (text that
+    is not valid Unicode, say), the task is recorded as an internal error instead, retried next apply.
+    """
+    try:
+        _write(store, output)
+    except (OSError, UnicodeError, ValueError) as exc:
+        failure = f"recording the task's results failed: {type(exc).__name__}: {exc}"
+        update = {"model_patch": "", "error_kind": "internal", "error": failure, "mask_sample": True}
+        store.append(output.result.model_copy(update=update))
+
+
+def _write(store: RunStore, output: TaskOutput) -> None:
     out_dir = store.task_dir(output.result.key)
     # A retried task's folder must not keep the earlier attempt's error.
     (out_dir / "error.txt").unlink(missing_ok=True)

@@ -147,3 +147,19 @@ def test_polars_schema_comes_from_the_model() -> None:
     frame = results_frame([result("a"), result("b")])
     assert frame.schema["cost_usd"] == pl.Float64 and frame.schema["exit_reason"] == pl.Utf8
     assert frame.height == 2 and results_frame([]).width == len(schema)
+
+
+def test_a_task_whose_output_cannot_be_written_is_recorded_as_its_own_error(tmp_path: Path) -> None:
+    """A lone surrogate in a patch (a replayed prediction, say) must not abort the run or lose the task."""
+    from anyswe.execute.local import record
+    from anyswe.execute.unit import TaskOutput
+
+    bad = result("a", model_patch="diff \ud800", resolved=False)
+    with RunStore(tmp_path) as store:
+        record(store, TaskOutput(bad, {"patch.diff": "diff \ud800"}))
+        record(store, TaskOutput(result("b"), {"patch.diff": "fine"}))
+        assert store.done_keys() == {"b"}  # the failed one runs again on the next apply
+    first, second = read_results(tmp_path / "results.jsonl")
+    assert (first.key, first.error_kind, first.mask_sample, first.model_patch) == ("a", "internal", True, "")
+    assert "recording the task's results failed: UnicodeEncodeError" in (first.error or "")
+    assert second.key == "b" and (tmp_path / "tasks" / "b" / "patch.diff").read_text() == "fine"
