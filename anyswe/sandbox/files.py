@@ -26,17 +26,6 @@ if TYPE_CHECKING:
     from anyswe._proc import ProcResult
 
 
-def tar_of_file(name: str, data: bytes, mode: int) -> bytes:
-    """A tar stream holding one regular file ``name``."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        info.mode = mode
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def tar_of_path(src: Path, arcname: str) -> bytes:
     """A tar stream of a host file or directory, stored as ``arcname``."""
     if not src.exists():

@@ -43,8 +43,3 @@ class Slots:
         sem = self._semaphore()
         await sem.acquire()
         return Slot(sem)
-
-    def in_use(self) -> int:
-        """Slots taken in the running loop."""
-        sem = self._semaphore()
-        return self.size - sem._value
