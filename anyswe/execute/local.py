@@ -81,7 +81,8 @@ async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, 
     with RunStore(run_dir) as store:
         store.write_text("spec.yaml", plan.spec.resolved_yaml())
         store.write_text("plan.json", json.dumps(plan.to_json(), indent=1) + "\n")
-        units = pending_units(plan, store, uuid.uuid4().hex[:12])
+        run_id = uuid.uuid4().hex[:12]
+        units = pending_units(plan, store, run_id)
         worker = Worker()
         await worker.check(units)
         slots = asyncio.Semaphore(concurrency or plan.spec.concurrency)
@@ -111,6 +112,7 @@ async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, 
                 for unit in units:
                     group.create_task(one(unit, gateway))
         finally:
+            await asyncio.shield(worker.sweep(run_id))
             bar.close()
             store.write_aggregates()
             export_run(run_dir)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from anyswe.agents import agent_class
 from anyswe.images.resolve import ImageResolver
 from anyswe.sandbox import provider_class
+from anyswe.sandbox.labels import LABEL_OWNER, LABEL_RUN, current_owner
 
 if TYPE_CHECKING:
     from anyswe.agents import Agent
@@ -50,6 +51,26 @@ class Worker:
 
         return await run_task(unit, self)
 
+    async def sweep(self, run_id: str) -> list[str]:
+        """Remove what is left of this process's sandboxes of ``run_id``; their names.
+
+        Every task stops its own sandbox, but an interrupt can land while a runtime is still creating
+        one (the daemon finishes a ``docker run`` its killed client gave up on), after the task's
+        own removal: the last step of a run collects those.
+        """
+        removed = []
+        owner = current_owner()
+        for provider in self._providers.values():
+            try:
+                found = await provider.sandboxes()
+            except Exception:  # a runtime that stopped answering: `anyswe gc` collects its leftovers later
+                continue
+            for name, labels in found.items():
+                if labels and labels.get(LABEL_RUN) == run_id and labels.get(LABEL_OWNER) == owner:
+                    await provider.remove(name)
+                    removed.append(name)
+        return removed
+
 
 def run_unit(unit: WorkUnit) -> TaskOutput:
     """Run one unit in this process with a fresh worker (what a remote node does with a unit it receives)."""
@@ -57,7 +78,10 @@ def run_unit(unit: WorkUnit) -> TaskOutput:
 
     async def go() -> TaskOutput:
         worker = Worker()
-        await worker.check([unit])
-        return await worker.run(unit)
+        try:
+            await worker.check([unit])
+            return await worker.run(unit)
+        finally:
+            await asyncio.shield(worker.sweep(unit.run_id))
 
     return run_sync(go())

@@ -157,9 +157,17 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         try:
             # `sleep infinity` as the entrypoint keeps the container up whatever the image's CMD.
             options = self._run_options(request, network)
-            container = await asyncio.to_thread(
-                lambda: self._docker.run(request.image, ["infinity"], entrypoint="sleep", **options)
+            run = asyncio.ensure_future(
+                asyncio.to_thread(lambda: self._docker.run(request.image, ["infinity"], entrypoint="sleep", **options))
             )
+            try:
+                container = await asyncio.shield(run)
+            except asyncio.CancelledError:
+                # A thread cannot be cancelled: `docker run` goes on and may create the container
+                # after a removal issued now. Wait for it to return, so the removal below comes last.
+                with contextlib.suppress(BaseException):
+                    await run
+                raise
             if not getattr(container, "id", None):
                 raise SandboxStartError(f"`docker run -d` returned no container id for {request.name}")
         except DockerException as exc:

@@ -206,6 +206,31 @@ def test_teardown_runs_on_exception_and_cancellation(provider_image: tuple[str, 
     assert not set(names) & set(run(provider.leftovers(None)))
 
 
+def test_a_start_cancelled_at_any_moment_leaves_nothing(provider_image: tuple[str, str]) -> None:
+    """Ctrl-C can land while the runtime is still creating the sandbox; nothing may outlive the caller."""
+    name, image = provider_image
+    provider = get_provider(name)
+    run_id = f"cancel-{uuid.uuid4().hex[:8]}"
+
+    async def cancel_after(delay: float) -> None:
+        task = asyncio.create_task(provider.start(image, run_id=run_id, task_id=f"{delay}"))
+        await asyncio.sleep(delay)
+        task.cancel()
+        try:
+            sb = await task
+        except asyncio.CancelledError:
+            return
+        await sb.stop()  # the start finished first: an ordinary stop
+
+    async def mine() -> list[str]:
+        found = await provider.sandboxes()
+        return [n for n, labels in found.items() if (labels or {}).get("anyswe.run_id") == run_id]
+
+    for delay in (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8):
+        run(cancel_after(delay))
+        assert run(mine()) == [], f"a start cancelled after {delay}s left a sandbox"
+
+
 def test_concurrency_bound_is_shared(provider_image: tuple[str, str]) -> None:
     name, image = provider_image
     provider = get_provider(name, {"concurrency": 2})
