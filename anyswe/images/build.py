@@ -31,6 +31,8 @@ _locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.L
 # SIF builds are CPU- and disk-bound (mksquashfs): running several at once only slows each down.
 _SIF_BUILDS = threading.BoundedSemaphore(int(os.environ.get("ANYSWE_SIF_BUILDS", "1")))
 # gzip at level 1 builds about 40% faster than the default for a SIF about 10% larger.
+# A task image is a few Dockerfile steps on a local base: half an hour means a hung build.
+BUILD_TIMEOUT = 1800.0
 _MKSQUASHFS_ARGS = os.environ.get("ANYSWE_MKSQUASHFS_ARGS", "-comp gzip -Xcompression-level 1")
 
 
@@ -73,23 +75,19 @@ async def image_id(image: str) -> str:
 
 async def build_docker_image(dockerfile: Path, tag: str) -> str:
     """``docker build`` ``dockerfile`` (its directory is the context) as ``tag`` unless ``tag`` exists."""
-    from python_on_whales.exceptions import DockerException
-
     docker = _docker()
     async with _build_lock(tag.replace("/", "_").replace(":", "_")):
         if await asyncio.to_thread(docker.image.exists, tag):
             return tag
-        try:
-            # The classic builder: BuildKit is not always installed beside Debian's docker.io.
-            await asyncio.to_thread(
-                docker.legacy_build, dockerfile.parent, file=dockerfile, tags=[tag], pull=False, quiet=True
-            )
-        except DockerException as exc:
-            raise ImageBuildError(
-                f"docker build of {tag} failed (exit {exc.return_code}):\n"
-                + (exc.stderr or "")[-3000:]
-                + (exc.stdout or "")[-3000:]
-            ) from None
+        # The classic builder (BuildKit is not always installed beside Debian's docker.io), with
+        # --force-rm: it keeps the container of a failed step otherwise (python-on-whales' legacy_build
+        # cannot ask for that), and one leaks per failed build.
+        argv = [*docker.client_config.docker_cmd, "build", "--force-rm", "--quiet", "--file", str(dockerfile)]
+        r = await _proc.run([*argv, "--tag", tag, str(dockerfile.parent)], timeout=BUILD_TIMEOUT)
+        if r.exit_code != 0 or r.timed_out:
+            output = r.stderr.decode("utf-8", "replace")[-3000:] + r.stdout.decode("utf-8", "replace")[-3000:]
+            how = f"timed out after {BUILD_TIMEOUT:.0f}s" if r.timed_out else f"exit {r.exit_code}"
+            raise ImageBuildError(f"docker build of {tag} failed ({how}):\n{output}")
     return tag
 
 

@@ -34,7 +34,13 @@ def test_two_waiters_in_two_successive_loops(docker_image: str, tmp_path: Path) 
         docker.image.remove(tag, force=True)
 
 
-def test_build_failure_carries_the_output(docker_image: str, tmp_path: Path) -> None:
-    (tmp_path / "Dockerfile").write_text(f"FROM {docker_image}\nRUN echo broken-step-output && exit 3\n")
-    with pytest.raises(ImageBuildError, match="broken-step-output"):
+def test_build_failure_carries_the_output_and_leaves_no_container(docker_image: str, tmp_path: Path) -> None:
+    from python_on_whales import docker
+
+    marker = f"broken-step-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "Dockerfile").write_text(f"FROM {docker_image}\nRUN echo {marker} && exit 3\n")
+    with pytest.raises(ImageBuildError, match=marker):
         run_sync(build_docker_image(tmp_path / "Dockerfile", f"anyswe-test/broken:{uuid.uuid4().hex[:12]}"))
+    # The classic builder keeps a failed step's container unless told otherwise.
+    left = [c.name for c in docker.container.list(all=True) if marker in " ".join(c.config.cmd or [])]
+    assert left == []
