@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -146,16 +149,44 @@ def apply(
     from anyswe._sync import run_sync
     from anyswe.experiment import Experiment
 
+    exp = None
     try:
         exp = Experiment.load(spec, overrides=set_ or (), run_dir=out)
-        summary = run_sync(exp.run_async(concurrency=concurrency))
+        with _stop_signals_interrupt() as received:
+            summary = run_sync(exp.run_async(concurrency=concurrency))
     except AnysweError as exc:
         _fail(exc)
     except KeyboardInterrupt:
-        typer.secho("interrupted: finished results are kept; apply again to resume", fg=typer.colors.YELLOW, err=True)
-        raise typer.Exit(code=130) from None
+        name = signal.Signals(received[-1] if received else signal.SIGINT).name
+        typer.secho(
+            f"interrupted ({name}): finished results are kept; apply again to resume", fg=typer.colors.YELLOW, err=True
+        )
+        if exp is not None and (exp.run_dir / "plan.json").is_file():
+            status(exp.run_dir)
+        raise typer.Exit(code=128 + (received[-1] if received else signal.SIGINT)) from None
     typer.echo(str(summary))
     _print_table(_compact(exp.cells().to_dicts()), title="cells")
+
+
+@contextlib.contextmanager
+def _stop_signals_interrupt() -> Iterator[list[int]]:
+    """SIGTERM and SIGHUP (a scheduler's time limit, ``docker stop``, a closed terminal) act as Ctrl-C.
+
+    The first stops launching and tears down running sandboxes, keeping every finished result; a
+    second forces the exit (as a second Ctrl-C does). Yields the signals received, in order.
+    """
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        received.append(signum)
+        signal.raise_signal(signal.SIGINT)  # asyncio's own SIGINT handling: cancel, then force
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 @app.command()

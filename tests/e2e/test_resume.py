@@ -87,15 +87,19 @@ def test_sigkill_then_reapply(runtimes: None, tmp_path: Path) -> None:
     assert done_before <= {r["key"] for r in read_rows(out / "results.jsonl")}
 
 
-def test_ctrl_c_tears_down_and_keeps_results(runtimes: None, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupt_tears_down_and_keeps_results(runtimes: None, tmp_path: Path, sig: signal.Signals) -> None:
+    """Ctrl-C, or a scheduler's SIGTERM, sent to the whole process group as a terminal or a job killer does."""
     spec, out = tmp_path / "spec.yaml", tmp_path / "run"
     spec.write_text(SPEC)
     proc = start(spec, out)
     wait_for_rows(out / "results.jsonl", 1, proc)
-    os.killpg(proc.pid, signal.SIGINT)
+    os.killpg(proc.pid, sig)
     output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, output.decode()
+    assert proc.returncode == 128 + sig, output.decode()
+    assert f"interrupted ({sig.name})".encode() in output
     assert b"apply again to resume" in output
+    assert b"pending" in output  # the status table of what finished
     assert docker_leftovers() == []  # running sandboxes were torn down
     kept = len(read_rows(out / "results.jsonl"))
     assert 1 <= kept < 8
