@@ -22,7 +22,7 @@ test: setup lint
     uv run pytest
 
 lint:
-    uv run ruff check anyswe tests bench
+    uv run ruff check anyswe tests bench notebooks
     uv run ruff format --check anyswe tests bench
     uv run mypy
 
