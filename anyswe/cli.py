@@ -67,21 +67,34 @@ def gc(
     all_: Annotated[
         bool, typer.Option("--all", help="Also remove sandboxes whose owning anyswe process still runs.")
     ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also remove sandboxes whose owner cannot be told (no readable labels).")
+    ] = False,
     session: Annotated[str | None, typer.Option("--session", help="Only sandboxes of this ANYSWE_SESSION.")] = None,
 ) -> None:
-    """Find and remove every leftover anyswe container, apptainer instance and overlay.
+    """Find and remove every leftover anyswe container, apptainer instance and overlay, and the files
+    killed runs left: interrupted SIF builds, host scratch directories.
 
-    Sandboxes of a still-running anyswe process are kept unless --all is given.
+    Sandboxes of a still-running anyswe process are kept unless --all is given; sandboxes whose owner
+    cannot be told are listed and kept unless --force is given.
     """
+    from anyswe.images.build import collect_interrupted_builds
     from anyswe.sandbox import gc as sandbox_gc
+    from anyswe.sandbox.labels import collect_scratch
 
-    removed = asyncio.run(sandbox_gc(session=session, include_live=all_))
+    found = asyncio.run(sandbox_gc(session=session, include_live=all_, force=force))
     total = 0
-    for provider, names in removed.items():
-        for name in names:
+    for provider, collected in found.items():
+        for name in collected.removed:
             typer.echo(f"removed {provider} {name}")
-        total += len(names)
+        for name in collected.unknown_owner:
+            typer.secho(f"kept {provider} {name}: its owner cannot be told (--force removes it)", err=True)
+        total += len(collected.removed)
     typer.echo(f"{total} leftover sandbox(es) removed")
+    files = collect_interrupted_builds() + collect_scratch()
+    for path in files:
+        typer.echo(f"removed {path}")
+    typer.echo(f"{len(files)} leftover file tree(s) removed")
 
 
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a spec field: a.b=c (repeatable).")]
@@ -136,6 +149,12 @@ def plan(
         typer.echo(json.dumps(p.to_json(), indent=1))
         return
     _print_table(p.cell_rows(), title=f"{p.spec.name}: {len(p.tasks)} tasks over {len(p.instances)} instances")
+    _warn(p.warnings)
+
+
+def _warn(warnings: list[str]) -> None:
+    for text in warnings:
+        typer.secho(f"warning: {text}", fg=typer.colors.YELLOW, err=True)
 
 
 @app.command()
@@ -152,6 +171,7 @@ def apply(
     exp = None
     try:
         exp = Experiment.load(spec, overrides=set_ or (), run_dir=out)
+        _warn(exp.planned.warnings)
         with _stop_signals_interrupt() as received:
             summary = run_sync(exp.run_async(concurrency=concurrency))
     except AnysweError as exc:
@@ -166,6 +186,14 @@ def apply(
         raise typer.Exit(code=128 + (received[-1] if received else signal.SIGINT)) from None
     typer.echo(str(summary))
     _print_table(_compact(exp.cells().to_dicts()), title="cells")
+    if summary.incomplete:
+        typer.secho(
+            "some tasks ended without a verdict or every task failed: see error.txt in their folders "
+            f"(`anyswe results {exp.run_dir} --by instance`); apply again to retry infra errors",
+            fg=typer.colors.YELLOW,
+            err=True,
+        )
+        raise typer.Exit(code=1)
 
 
 @contextlib.contextmanager

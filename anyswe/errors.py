@@ -107,6 +107,14 @@ class SandboxExecError(SandboxError):
     """The runtime failed to run a command at all (distinct from a command that exited non-zero)."""
 
 
+class SandboxLost(SandboxError):
+    """The sandbox died under a running command: killed, stopped or removed from outside, or OOM-killed.
+
+    What ran in it did not finish, so whatever it printed is not a result (a grading run it cut
+    short is not an "unresolved"): the sample is masked and run again.
+    """
+
+
 class SandboxFileError(AnysweError):
     """A file operation in a sandbox failed because of the path itself: the caller's error, not infra.
 

@@ -92,8 +92,22 @@ class Plan:
             "instances": len(self.instances),
             "samples": self.spec.samples,
             "cells": self.cell_rows(),
+            "warnings": self.warnings,
             "tasks": [t.row() for t in self.tasks],
         }
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the user should know before running: sandboxes that are not sealed."""
+        out = []
+        for name in sorted({c.provider for c in self.cells}):
+            network = getattr(self.spec.providers[name], "network", None)
+            if network in ("bridge", "host"):
+                out.append(
+                    f"providers.{name}.network is {network!r}: agents and tests can reach the host and "
+                    "whatever it reaches (the default, 'none', seals the sandboxes)"
+                )
+        return out
 
     @property
     def harness_name(self) -> str:
@@ -204,7 +218,7 @@ def make_plan(spec: Spec, dataset: Dataset | None = None) -> Plan:
     for name in sorted({c.agent for c in cells}):
         cfg = spec.agents[name]
         try:
-            agent_class(cfg.type)(cfg).check()
+            agent_class(cfg.type)(cfg).check([i.instance_id for i in dataset.instances])
         except AgentError as exc:
             raise PlanError(f"agents.{name}: {exc}") from None
     for name in sorted({c.model for c in cells if c.model}):

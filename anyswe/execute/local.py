@@ -11,6 +11,7 @@ and keeps every finished row, which was fsynced as it finished.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import uuid
 from dataclasses import dataclass
@@ -36,12 +37,22 @@ class RunSummary:
     ran: int
     resolved: int
     errors: int
+    #: Tasks of this apply that ended with an error, by error kind (infra, internal, grading, agent).
+    error_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def __str__(self) -> str:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(self.error_kinds.items()))
         return (
             f"{self.run_dir}: {self.planned} tasks planned, {self.skipped} already done, {self.ran} run "
-            f"({self.resolved} resolved, {self.errors} with errors)"
+            f"({self.resolved} resolved, {self.errors} with errors{': ' + kinds if kinds else ''})"
         )
+
+    @property
+    def incomplete(self) -> bool:
+        """Whether the run needs another look: a task's verdict is missing (an infra, internal or grading
+        error: apply again), or every task it ran failed."""
+        unverdicted = sum(n for kind, n in self.error_kinds.items() if kind != "agent")
+        return unverdicted > 0 or (self.ran > 0 and self.errors == self.ran)
 
 
 def pending_units(plan: Plan, store: RunStore, run_id: str) -> list[WorkUnit]:
@@ -85,12 +96,13 @@ async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, 
         units = pending_units(plan, store, run_id)
         worker = Worker()
         await worker.check(units)
+        await worker.collect_orphans({t.key for t in plan.tasks})
         slots = asyncio.Semaphore(concurrency or plan.spec.concurrency)
         bar = make_progress(len(units), plan.spec.name, enabled=progress)
         resolved = errors = 0
+        kinds: dict[str, int] = {}
 
-        async def one(unit: WorkUnit, gateway: Gateway | None) -> None:
-            nonlocal resolved, errors
+        async def attempt(unit: WorkUnit, gateway: Gateway | None) -> TaskOutput:
             async with slots:
                 task_dir = store.task_dir(unit.key)
                 (task_dir / models.TRAJECTORY).unlink(missing_ok=True)  # an earlier attempt's calls
@@ -103,8 +115,22 @@ async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, 
                     if gateway is not None and token is not None:
                         output = models.settle(output, gateway.revoke(token), task_dir, unit.model)
             record(store, output)
+            return output
+
+        async def one(unit: WorkUnit, gateway: Gateway | None) -> None:
+            nonlocal resolved, errors
+            retry = plan.spec.retries
+            for n in range(1, retry.max_attempts + 1):
+                output = await attempt(unit, gateway)
+                if output.result.error_kind != "infra" or n == retry.max_attempts:
+                    break
+                # Every attempt keeps its row; the backoff waits outside the concurrency bound.
+                await asyncio.sleep(retry.backoff * 2 ** (n - 1))
+                unit = dataclasses.replace(unit, attempt=unit.attempt + 1)
             resolved += output.result.resolved
-            errors += output.result.error_kind is not None
+            if output.result.error_kind is not None:
+                errors += 1
+                kinds[output.result.error_kind] = kinds.get(output.result.error_kind, 0) + 1
             bar.advance(output.result)
 
         try:
@@ -116,4 +142,4 @@ async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, 
             bar.close()
             store.write_aggregates()
             export_run(run_dir)
-    return RunSummary(run_dir, len(plan.tasks), len(plan.tasks) - len(units), len(units), resolved, errors)
+    return RunSummary(run_dir, len(plan.tasks), len(plan.tasks) - len(units), len(units), resolved, errors, kinds)

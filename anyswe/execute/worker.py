@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from anyswe.agents import agent_class
 from anyswe.images.resolve import ImageResolver
 from anyswe.sandbox import provider_class
-from anyswe.sandbox.labels import LABEL_OWNER, LABEL_RUN, current_owner
+from anyswe.sandbox.labels import LABEL_OWNER, LABEL_RUN, LABEL_TASK, current_owner, owner_alive
 
 if TYPE_CHECKING:
     from anyswe.agents import Agent
@@ -50,6 +50,16 @@ class Worker:
         from anyswe.execute.task import run_task
 
         return await run_task(unit, self)
+
+    async def collect_orphans(self, task_keys: set[str]) -> list[str]:
+        """Remove sandboxes of these tasks whose owner died (an earlier apply killed with -9); their names."""
+        removed = []
+        for provider in self._providers.values():
+            for name, labels in (await provider.sandboxes()).items():
+                if labels and labels.get(LABEL_TASK) in task_keys and not owner_alive(labels.get(LABEL_OWNER)):
+                    await provider.remove(name)
+                    removed.append(name)
+        return removed
 
     async def sweep(self, run_id: str) -> list[str]:
         """Remove what is left of this process's sandboxes of ``run_id``; their names.

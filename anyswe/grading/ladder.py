@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
+from anyswe.errors import SandboxLost
 from anyswe.grading import swebench as sb
 from anyswe.grading.base import Harness, Verdict
 
@@ -14,6 +15,9 @@ if TYPE_CHECKING:
 
 PATCH_PATH = "/tmp/patch.diff"
 EVAL_PATH = "/eval.sh"
+# Printed after the eval script returns: its absence means the script was cut short (its sandbox
+# killed, stopped or OOM-killed), so its output is no verdict. Removed before the log is graded.
+END_MARKER = "ANYSWE-EVAL-END"
 
 
 async def apply_patch(sandbox: Sandbox[Any], patch: str, workdir: str) -> tuple[str | None, str]:
@@ -28,6 +32,14 @@ async def apply_patch(sandbox: Sandbox[Any], patch: str, workdir: str) -> tuple[
             return rung, "\n".join(log)
     log.append(sb.APPLY_PATCH_FAIL)
     return None, "\n".join(log)
+
+
+def split_end_marker(output: str) -> tuple[str, bool]:
+    """The eval script's own output, and whether it ran to its end (the marker line follows it)."""
+    at = output.rfind(f"\n{END_MARKER} ")
+    if at < 0:
+        return output, False
+    return output[:at], True
 
 
 def empty_patch_verdict(instance: Instance, harness: Harness) -> Verdict:
@@ -48,6 +60,7 @@ async def grade_patch(
     script = harness.eval_script(instance)
     rung, apply_log = await apply_patch(sandbox, patch, harness.workdir)
     if rung is None:
+        await sandbox.check_alive("patch apply")  # a dead sandbox fails every rung
         return Verdict(
             resolved=False,
             patch_exists=True,
@@ -58,8 +71,16 @@ async def grade_patch(
         )
     await sandbox.write_file(EVAL_PATH, script.encode(), mode=0o755)
     # One stream, stderr folded in: `set -x` puts the markers on stderr, in order with pytest's output.
-    r = await sandbox.exec(["bash", "-c", f"/bin/bash {EVAL_PATH} 2>&1"], workdir=harness.workdir, timeout=timeout)
-    output = r.stdout
+    script_then_marker = f"/bin/bash {EVAL_PATH} 2>&1; rc=$?; echo; echo {END_MARKER} $rc"
+    r = await sandbox.exec(["bash", "-c", script_then_marker], workdir=harness.workdir, timeout=timeout)
+    output, ended = split_end_marker(r.stdout)
+    if not ended:
+        await sandbox.check_alive("the eval script")
+        if not r.timed_out:
+            raise SandboxLost(
+                f"the eval script in sandbox {sandbox.name} was cut short (exit {r.exit_code}, no end marker); "
+                "its output is not a verdict"
+            )
     if r.timed_out:
         output += f"\n{sb.TESTS_TIMEOUT} after {timeout:g} seconds\n"
     verdict = harness.grade_log(instance, output)

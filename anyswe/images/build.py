@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import shutil
 import tempfile
 import threading
 import weakref
@@ -30,9 +31,9 @@ if TYPE_CHECKING:
 _locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = weakref.WeakKeyDictionary()
 # SIF builds are CPU- and disk-bound (mksquashfs): running several at once only slows each down.
 _SIF_BUILDS = threading.BoundedSemaphore(int(os.environ.get("ANYSWE_SIF_BUILDS", "1")))
-# gzip at level 1 builds about 40% faster than the default for a SIF about 10% larger.
 # A task image is a few Dockerfile steps on a local base: half an hour means a hung build.
 BUILD_TIMEOUT = 1800.0
+# gzip at level 1 builds about 40% faster than the default for a SIF about 10% larger.
 _MKSQUASHFS_ARGS = os.environ.get("ANYSWE_MKSQUASHFS_ARGS", "-comp gzip -Xcompression-level 1")
 
 
@@ -91,11 +92,22 @@ async def build_docker_image(dockerfile: Path, tag: str) -> str:
     return tag
 
 
+def _release_if_taken(acquired: asyncio.Future[bool]) -> None:
+    if not acquired.cancelled() and acquired.exception() is None:
+        _SIF_BUILDS.release()
+
+
 async def _apptainer_build(apptainer: str, sif: Path, archive: Path, timeout: float) -> None:
     argv = [apptainer, "build", "--force"]
     if _MKSQUASHFS_ARGS:
         argv.append(f"--mksquashfs-args={_MKSQUASHFS_ARGS}")
-    await asyncio.to_thread(_SIF_BUILDS.acquire)
+    acquiring = asyncio.ensure_future(asyncio.to_thread(_SIF_BUILDS.acquire))
+    try:
+        await asyncio.shield(acquiring)
+    except asyncio.CancelledError:
+        # The thread goes on waiting and takes the slot later: give it back then, or it is lost for good.
+        acquiring.add_done_callback(_release_if_taken)
+        raise
     try:
         r = await _proc.run([*argv, str(sif), f"docker-archive://{archive}"], timeout=timeout)
     finally:
@@ -104,6 +116,34 @@ async def _apptainer_build(apptainer: str, sif: Path, archive: Path, timeout: fl
         raise ImageBuildError(
             f"apptainer build from {archive} failed (exit {r.exit_code}):\n" + r.stderr.decode(errors="replace")[-3000:]
         )
+
+
+_BUILD_PREFIX = "build-"
+
+
+def collect_interrupted_builds() -> list[str]:
+    """Remove what SIF builds killed part-way left (a docker archive of the image: hundreds of MB).
+
+    A build works in ``sif/build-<digest>-*`` while it holds that digest's lock: a directory whose
+    lock is free belongs to no live build.
+    """
+    sif_dir = cache_dir() / "sif"
+    removed = []
+    for path in sorted(sif_dir.glob(f"{_BUILD_PREFIX}*")) if sif_dir.is_dir() else []:
+        digest = path.name.removeprefix(_BUILD_PREFIX).split("-")[0]
+        lock_path = cache_dir() / "locks" / f"sif-{digest}.lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "w") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a build of this image runs now
+            try:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(str(path))
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+    return removed
 
 
 async def ensure_sif(image: str, *, apptainer: str = "apptainer", timeout: float = 1800) -> Path:
@@ -119,7 +159,7 @@ async def ensure_sif(image: str, *, apptainer: str = "apptainer", timeout: float
     async with _build_lock(f"sif-{digest[:24]}"):
         if sif.is_file():
             return sif
-        with tempfile.TemporaryDirectory(dir=sif_dir, prefix="build-") as tmp:
+        with tempfile.TemporaryDirectory(dir=sif_dir, prefix=f"{_BUILD_PREFIX}{digest[:24]}-") as tmp:
             archive = Path(tmp) / "image.tar"
             try:
                 await asyncio.to_thread(_docker().image.save, image, output=archive)

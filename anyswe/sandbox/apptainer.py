@@ -32,6 +32,9 @@ from anyswe.sandbox.labels import NAME_PREFIX
 from anyswe.sandbox.provider import SandboxProvider
 from anyswe.sandbox.request import SANDBOX_HOSTNAME, DockerRef, NetworkPolicy, ProviderConfig, SandboxRequest, neutral
 
+#: The instance's environment variable that carries its labels.
+LABELS_ENV = "ANYSWE_LABELS"
+
 
 def default_state_dir() -> Path:
     return Path(os.environ.get("ANYSWE_APPTAINER_STATE", Path(tempfile.gettempdir()) / "anyswe-apptainer"))
@@ -43,7 +46,11 @@ class ApptainerConfig(ProviderConfig):
     type: str = "apptainer"
     binary: str = neutral(default="apptainer", description="The apptainer (or singularity) executable.")
     overlay_size_mb: int = Field(default=4096, ge=64, description="Writable overlay per sandbox (sparse).")
-    network: Literal["host", "none"] = Field(default="host", description="Default network: host, or none.")
+    network: Literal["host", "none"] = Field(
+        default="none",
+        description="Network of the task's sandboxes: none (sealed, the default), or host: the host's own, "
+        "loopback included (a warning in the plan).",
+    )
     state_dir: Path = neutral(default_factory=default_state_dir, description="Overlays and work dirs.")
     extra_options: list[str] = neutral(default_factory=list, description="Extra `instance start` options.")
     sif: str | None = neutral(
@@ -91,7 +98,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
 
     name = "apptainer"
     config_class = ApptainerConfig
-    networks: ClassVar[tuple[NetworkPolicy, ...]] = ("host", "none", "gateway")
+    networks: ClassVar[tuple[NetworkPolicy, ...]] = ("none", "host", "gateway")
     sandbox_class = ApptainerSandbox
 
     def __init__(self, config: ApptainerConfig | None = None) -> None:
@@ -137,6 +144,9 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
     def _start_argv(self, request: SandboxRequest, network: NetworkPolicy, state: Path) -> list[str]:
         cfg = self.config
         argv = [cfg.binary, "instance", "start", "--contain", "--cleanenv", "--hostname", SANDBOX_HOSTNAME]
+        # The labels also live in the instance itself (its first process's environment), for a gc
+        # whose state directory is another one (each batch job may have its own TMPDIR).
+        argv += ["--env", f"{LABELS_ENV}={json.dumps(request.labels(), separators=(',', ':'))}"]
         argv += ["--overlay", str(state / "overlay.img"), "--workdir", str(state / "work")]
         for m in request.mounts:
             argv += ["--bind", f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"]
@@ -182,24 +192,32 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
                 await _proc.run([self.config.binary, "instance", "stop", "--force", name], timeout=60)
         await asyncio.to_thread(shutil.rmtree, self._state(name), True)
 
+    async def gone_reason(self, name: str) -> str | None:
+        if name in await self.running_instances():
+            return None
+        return "the apptainer instance is no longer running (killed or stopped from outside)"
+
     async def running_instances(self) -> list[str]:
         """Names of the anyswe instances running now (through spython's instance listing)."""
+        return sorted(await self._instance_pids())
 
-        def _list() -> list[str]:
+    async def _instance_pids(self) -> dict[str, int]:
+        def _list() -> dict[str, int]:
             from spython.main import Client
 
-            found = Client.instances(return_json=True, quiet=True)
-            names = [i.get("instance") or i.get("daemon_name") or "" for i in (found or [])]
-            return sorted(n for n in names if n.startswith(NAME_PREFIX))
+            found = Client.instances(return_json=True, quiet=True) or []
+            pids = {(i.get("instance") or i.get("daemon_name") or ""): int(i.get("pid") or 0) for i in found}
+            return {n: pid for n, pid in pids.items() if n.startswith(NAME_PREFIX)}
 
         return await asyncio.to_thread(_list)
 
     async def sandboxes(self) -> dict[str, dict[str, str] | None]:
         """Running anyswe instances and state dirs (overlays) that outlived theirs, with their labels."""
-        names = set(await self.running_instances())
+        pids = await self._instance_pids()
+        names = set(pids)
         if self.config.state_dir.is_dir():
             names |= {p.name for p in self.config.state_dir.iterdir() if p.name.startswith(NAME_PREFIX)}
-        return {n: self._labels(n) for n in sorted(names)}
+        return {n: self._labels(n) or _instance_labels(pids.get(n)) for n in sorted(names)}
 
     def _labels(self, name: str) -> dict[str, str] | None:
         try:
@@ -207,3 +225,22 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         except (OSError, ValueError):
             return None
         return {str(k): str(v) for k, v in labels.items()}
+
+
+def _instance_labels(pid: int | None) -> dict[str, str] | None:
+    """The labels an instance was started with, from its first process's environment (None: unknown)."""
+    if not pid:
+        return None
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    prefix = f"{LABELS_ENV}=".encode()
+    for item in environ:
+        if item.startswith(prefix):
+            try:
+                labels = json.loads(item[len(prefix) :])
+            except ValueError:
+                return None
+            return {str(k): str(v) for k, v in labels.items()}
+    return None

@@ -22,9 +22,10 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from anyswe import _proc
-from anyswe.errors import SandboxError, SandboxExecError, SandboxStartError
+from anyswe.errors import SandboxError, SandboxExecError, SandboxLost, SandboxStartError
 from anyswe.sandbox import files
 from anyswe.sandbox.helper import HELPER_PATH
+from anyswe.sandbox.labels import scratch_prefix
 from anyswe.sandbox.request import (
     GATEWAY_DIR,
     ExecResult,
@@ -91,7 +92,7 @@ class Sandbox(ABC, Generic[P]):
         self.default_workdir = workdir or "/"
         self._slot = slot
         self._stopped = False
-        self._scratch = Path(tempfile.mkdtemp(prefix="anyswe-sbx-"))
+        self._scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix()))
         os.chmod(self._scratch, 0o700)
 
     @property
@@ -331,6 +332,12 @@ class Sandbox(ABC, Generic[P]):
         files.extract_tar(data, p.name, Path(dest))
 
     # -- lifecycle --------------------------------------------------------------------------------
+
+    async def check_alive(self, during: str) -> None:
+        """Raise :class:`SandboxLost` naming the cause if the sandbox died (``during`` says in what)."""
+        reason = await self.provider.gone_reason(self.name)
+        if reason is not None:
+            raise SandboxLost(f"sandbox {self.name} died during {during}: {reason}")
 
     async def stop(self) -> None:
         """Remove the sandbox and everything it stored. Idempotent; safe after a failed start."""

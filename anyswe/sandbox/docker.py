@@ -34,7 +34,11 @@ class DockerConfig(ProviderConfig):
     type: str = "docker"
     cpus: float | None = Field(default=None, gt=0, description="CPU limit per sandbox (docker --cpus).")
     memory: str | None = Field(default=None, description="Memory limit per sandbox, e.g. '4g'.")
-    network: Literal["bridge", "none", "host"] = Field(default="bridge", description="Default network.")
+    network: Literal["bridge", "none", "host"] = Field(
+        default="none",
+        description="Network of the task's sandboxes: none (sealed, the default), or bridge / host, which "
+        "reach the host and beyond (a warning in the plan). Model traffic goes through the gateway either way.",
+    )
     pids_limit: int | None = Field(default=None, gt=0)
 
 
@@ -73,7 +77,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
 
     name = "docker"
     config_class = DockerConfig
-    networks: ClassVar[tuple[NetworkPolicy, ...]] = ("bridge", "none", "host", "gateway")
+    networks: ClassVar[tuple[NetworkPolicy, ...]] = ("none", "bridge", "host", "gateway")
     sandbox_class = DockerSandbox
 
     def __init__(self, config: DockerConfig | None = None) -> None:
@@ -187,6 +191,22 @@ class DockerProvider(SandboxProvider[DockerConfig]):
             # A half-started container is found by its pre-assigned name and removed.
             await asyncio.shield(self.remove(request.name))
             raise
+
+    async def gone_reason(self, name: str) -> str | None:
+        from python_on_whales.exceptions import NoSuchContainer
+
+        try:
+            state = (await asyncio.to_thread(self._docker.container.inspect, name)).state
+        except NoSuchContainer:
+            return "the container was removed"
+        if state.running:
+            return None
+        code = state.exit_code
+        if state.oom_killed:
+            return f"the container was killed for exceeding its memory limit (OOMKilled, exit {code})"
+        # With --init, docker stop's SIGTERM ends the container with 143; a kill (SIGKILL) with 137.
+        how = {137: "killed (SIGKILL: docker kill, the OOM killer or a preemption)", 143: "stopped (SIGTERM)"}
+        return f"the container was {how.get(code or 0, f'ended ({state.status}, exit {code})')}"
 
     async def sandboxes(self) -> dict[str, dict[str, str] | None]:
         """Every anyswe container on this host, running or not, with its labels."""

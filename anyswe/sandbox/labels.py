@@ -8,7 +8,11 @@ shares the runtime) and its owner, ``<host>:<pid>`` of the process that started 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -46,38 +50,72 @@ def owner_alive(owner: str | None) -> bool:
     return True
 
 
-async def collect(provider: SandboxProvider[Any], *, session: str | None, include_live: bool) -> list[str]:
-    """Remove ``provider``'s sandboxes whose owner is gone (of one ``session`` if given); their names."""
-    gone = []
+@dataclass
+class Collected:
+    """What a gc found: removed sandboxes, and those kept because their owner cannot be told."""
+
+    removed: list[str] = field(default_factory=list)
+    unknown_owner: list[str] = field(default_factory=list)
+
+
+async def collect(
+    provider: SandboxProvider[Any], *, session: str | None, include_live: bool, force: bool = False
+) -> Collected:
+    """Remove ``provider``'s sandboxes whose owner is gone (of one ``session`` if given).
+
+    A sandbox whose labels cannot be read (its owner unknown) is reported, not removed, unless ``force``:
+    it may belong to a live process whose state lives elsewhere.
+    """
+    out = Collected()
     for item, labels in (await provider.sandboxes()).items():
+        if labels is None and not force:
+            out.unknown_owner.append(item)
+            continue
         labels = labels or {}
         if session is not None and labels.get(LABEL_SESSION) != session:
             continue
         if not include_live and owner_alive(labels.get(LABEL_OWNER)):
             continue
         await provider.remove(item)
-        gone.append(item)
-    return gone
+        out.removed.append(item)
+    return out
 
 
 async def gc(
-    providers: list[str] | None = None, *, session: str | None = None, include_live: bool = False
-) -> dict[str, list[str]]:
-    """Remove leftover anyswe containers, instances and overlays; returns what was removed.
+    providers: list[str] | None = None, *, session: str | None = None, include_live: bool = False, force: bool = False
+) -> dict[str, Collected]:
+    """Remove leftover anyswe containers, instances and overlays; what was removed and kept, per provider.
 
     A sandbox whose owning process still runs on this host is not a leftover and is kept (unless
-    ``include_live``): gc is safe to run beside a live experiment. ``session`` limits it to the
-    sandboxes of one ``ANYSWE_SESSION``. A provider whose runtime is missing is skipped.
+    ``include_live``): gc is safe to run beside a live experiment; so is one whose owner cannot be
+    told (unless ``force``). ``session`` limits it to the sandboxes of one ``ANYSWE_SESSION``. A
+    provider whose runtime is missing is skipped.
     """
     from anyswe.errors import RuntimeNotAvailable
     from anyswe.sandbox import get_provider, provider_names
 
-    removed: dict[str, list[str]] = {}
+    found: dict[str, Collected] = {}
     for name in providers or provider_names():
         provider = get_provider(name)
         try:
             await provider.check()
         except RuntimeNotAvailable:
             continue
-        removed[name] = await collect(provider, session=session, include_live=include_live)
+        found[name] = await collect(provider, session=session, include_live=include_live, force=force)
+    return found
+
+
+def scratch_prefix() -> str:
+    """Host scratch directories of a sandbox are named after their owner's pid (gc removes a dead one's)."""
+    return f"anyswe-sbx-{os.getpid()}-"
+
+
+def collect_scratch() -> list[str]:
+    """Remove the host scratch directories that a killed anyswe process left in the temp directory."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob("anyswe-sbx-*"):
+        pid = path.name.split("-")[2]
+        if path.is_dir() and not owner_alive(f"{socket.gethostname()}:{pid}"):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(path))
     return removed

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from anyswe.errors import SandboxError
+from anyswe.errors import SandboxError, SandboxStartError
 from anyswe.sandbox.base import Sandbox, check_env
 from anyswe.sandbox.helper import HELPER_PATH, ensure_helper
 from anyswe.sandbox.labels import LABEL_SESSION
@@ -70,6 +70,10 @@ class SandboxProvider(ABC, Generic[C]):
         """Remove the sandbox called ``name`` and its storage, whether or not it runs; idempotent."""
 
     @abstractmethod
+    async def gone_reason(self, name: str) -> str | None:
+        """Why the sandbox ``name`` no longer runs (killed, stopped, OOM-killed, removed); None while it runs."""
+
+    @abstractmethod
     async def sandboxes(self) -> dict[str, dict[str, str] | None]:
         """Every anyswe sandbox of this runtime on this host: name -> its labels (None if unknown)."""
 
@@ -117,6 +121,12 @@ class SandboxProvider(ABC, Generic[C]):
         slot = await self.slots.take()
         try:
             await asyncio.wait_for(self._start(request, network), self.config.startup_timeout)
+        except TimeoutError:
+            slot.release()
+            raise SandboxStartError(
+                f"{self.name} sandbox from {request.image!r} did not start within {self.config.startup_timeout:g}s "
+                "(providers.<name>.startup_timeout)"
+            ) from None
         except BaseException:
             slot.release()
             raise

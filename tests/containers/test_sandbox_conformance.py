@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from anyswe.errors import AnysweError, ImageNotFound, InfraError, SandboxExecError
+from anyswe.errors import AnysweError, ImageNotFound, InfraError, SandboxExecError, SandboxStartError
 from anyswe.sandbox import get_provider
 
 pytestmark = pytest.mark.containers
@@ -160,6 +160,16 @@ def test_missing_image_is_a_clear_error(provider_image: tuple[str, str]) -> None
     assert isinstance(info.value, InfraError) and isinstance(info.value, AnysweError)
 
 
+def test_start_timeout_is_an_infra_error_and_leaves_nothing(provider_image: tuple[str, str]) -> None:
+    name, image = provider_image
+    provider = get_provider(name, {"startup_timeout": 0.05})
+    run_id = f"slow-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(SandboxStartError, match=r"did not start within 0\.05s"):
+        run(provider.start(image, run_id=run_id))
+    found = run(provider.sandboxes())
+    assert not [n for n, labels in found.items() if (labels or {}).get("anyswe.run_id") == run_id]
+
+
 def test_exec_after_container_vanished_is_infra_error(provider_image: tuple[str, str]) -> None:
     name, image = provider_image
 
@@ -265,14 +275,32 @@ def test_gc_spares_live_owners_and_removes_dead_ones(provider_image: tuple[str, 
         dead = await provider.start(SandboxRequest(image=image, owner="nohost:1"))  # a crashed owner
         try:
             removed = await gc([name], session=session)
-            assert removed[name] == [dead.name]
+            assert removed[name].removed == [dead.name]
             assert live.name in await provider.leftovers(session)
             assert dead.name not in await provider.leftovers(session)
             removed = await gc([name], session=session, include_live=True)
-            assert removed[name] == [live.name]
+            assert removed[name].removed == [live.name]
         finally:
             await live.stop()
             await dead.stop()
+
+    run(go())
+
+
+def test_gc_from_another_state_dir_spares_a_live_instance(sif_image: str, tmp_path: Path) -> None:
+    """Each batch job may have its own TMPDIR: a gc there reads the owner from the instance itself."""
+    from anyswe.sandbox.labels import collect
+
+    mine = get_provider("apptainer")
+    theirs = get_provider("apptainer", {"state_dir": str(tmp_path / "other-job")})
+
+    async def go() -> None:
+        async with mine.sandbox(sif_image) as live:
+            found = await theirs.sandboxes()
+            assert found[live.name] is not None and found[live.name]["anyswe.owner"] == live.request.owner
+            collected = await collect(theirs, session=None, include_live=False)
+            assert live.name not in collected.removed
+            assert live.name in await mine.running_instances()
 
     run(go())
 

@@ -14,6 +14,7 @@ import pytest
 
 from anyswe.errors import SandboxError
 from anyswe.sandbox import Mount, SandboxRequest, get_provider
+from anyswe.sandbox.request import NetworkPolicy
 
 pytestmark = pytest.mark.containers
 
@@ -65,12 +66,15 @@ def test_mount_of_a_missing_path_is_refused(tmp_path: Path) -> None:
         Mount(str(tmp_path), "relative/path")
 
 
+#: The network on which each runtime's sandboxes reach the host (not the default: sandboxes are sealed).
+OPEN: dict[str, NetworkPolicy] = {"docker": "bridge", "apptainer": "host"}
+
+
 @pytest.fixture
 def host_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, int, str]]:
     """An HTTP server on the host at the address the provider's sandboxes reach it by (bridge/loopback)."""
     name = request.getfixturevalue("provider_image")[0]
-    provider = get_provider(name)
-    address = provider.host_address(provider.default_network())
+    address = get_provider(name).host_address(OPEN[name])
     assert address is not None
     token = uuid.uuid4().hex
 
@@ -111,10 +115,25 @@ def test_host_service_is_reachable_at_host_address(
     _, port, token = host_server
 
     async def go() -> None:
-        async with get_provider(name).sandbox(image) as sb:
+        async with get_provider(name).sandbox(SandboxRequest(image, network=OPEN[name])) as sb:
             assert sb.host_address is not None
             r = await sb.exec(["python3", "-c", FETCH, f"http://{sb.host_address}:{port}/"], timeout=30)
             assert r.stdout.strip() == token, r
+
+    run(go())
+
+
+def test_sandboxes_are_sealed_by_default(provider_image: tuple[str, str], host_server: tuple[str, int, str]) -> None:
+    """A request that names no network gets none: no host service, no registry, nothing beyond."""
+    name, image = provider_image
+    address, port, token = host_server
+
+    async def go() -> None:
+        async with get_provider(name).sandbox(image) as sb:
+            assert sb.network == "none" and sb.host_address is None
+            assert (await sb.exec(["ls", "/sys/class/net"])).stdout.split() == ["lo"]
+            r = await sb.exec(["python3", "-c", FETCH, f"http://{address}:{port}/"], timeout=30)
+            assert r.stdout.startswith("unreachable") and token not in r.stdout, r
 
     run(go())
 

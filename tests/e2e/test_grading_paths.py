@@ -126,12 +126,14 @@ def test_agent_timeout_is_masked_and_still_graded(runtimes: None, tmp_path: Path
 
 
 def test_infra_error_is_masked_and_retried(runtimes: None, tmp_path: Path) -> None:
-    p = spec(tmp_path, "agents:\n  g: {type: gold}\n")
+    """Retried within the run up to retries.max_attempts, and again by the next apply."""
+    p = spec(tmp_path, "agents:\n  g: {type: gold}\nretries: {max_attempts: 2, backoff: 0.1}\n")
     over = ["dataset.instance_ids=[demo__stack-8]", "providers.docker.image=anyswe/missing:{instance_id_docker}"]
     exp = Experiment.load(p, overrides=over, run_dir=tmp_path / "run")
-    exp.run(progress=False)
+    summary = exp.run(progress=False)
+    assert (summary.ran, summary.errors) == (1, 1)
     row = exp.results().to_dicts()[0]
     assert row["error_kind"] == "infra" and row["mask_sample"] and "ImageNotFound" in row["error"]
     exp.run(progress=False)
     lines = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
-    assert [json.loads(x)["attempt"] for x in lines] == [1, 2]
+    assert [json.loads(x)["attempt"] for x in lines] == [1, 2, 3, 4]

@@ -86,7 +86,7 @@ def test_result_neutral_fields_are_declared_on_the_fields() -> None:
     }
     assert neutral == {"concurrency", "startup_timeout", "binary", "state_dir", "extra_options", "sif"}
     payload = ApptainerConfig(overlay_size_mb=512).key_payload()
-    assert payload == {"type": "apptainer", "image": None, "overlay_size_mb": 512, "network": "host"}
+    assert payload == {"type": "apptainer", "image": None, "overlay_size_mb": 512, "network": "none"}
     assert "concurrency" not in ProviderConfig(type="x").key_payload()
 
 
