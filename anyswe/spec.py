@@ -7,12 +7,13 @@ Every error names the file, line, column and field (``specs/x.yaml:12:5: agents.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from anyswe._text import read_utf8
 from anyswe.agents import AgentConfig, agent_class
 from anyswe.errors import SpecError
 from anyswe.model import ModelSpec
@@ -52,9 +53,9 @@ class MatrixRule(_Strict):
 class MatrixSpec(_Strict):
     """Which agent x model x provider cells to run; each list defaults to everything declared."""
 
-    agents: list[str] | None = None
-    models: list[str] | None = None
-    providers: list[str] | None = None
+    agents: list[str] | None = Field(default=None, min_length=1)
+    models: list[str] | None = Field(default=None, min_length=1)
+    providers: list[str] | None = Field(default=None, min_length=1)
     include: list[MatrixRule] = Field(default_factory=list, description="Extra cells beyond the product.")
     exclude: list[MatrixRule] = Field(default_factory=list, description="Cells to drop (all given fields match).")
 
@@ -63,6 +64,15 @@ class TimeoutSpec(_Strict):
     agent: float = Field(default=1800, gt=0, description="Seconds an agent may work on one task.")
     grading: float = Field(default=1800, gt=0, description="Seconds the eval script may run.")
     sandbox_start: float = Field(default=300, gt=0)
+
+
+class RetrySpec(_Strict):
+    """How a task that hit an infrastructure error (a dead sandbox, a runtime error) is run again."""
+
+    max_attempts: int = Field(
+        default=3, ge=1, description="Attempts per task and apply; a later apply tries the still-failed ones again."
+    )
+    backoff: float = Field(default=10.0, ge=0, description="Seconds before the second attempt, doubling after.")
 
 
 class GradingSpec(_Strict):
@@ -86,22 +96,19 @@ class Spec(_Strict):
     samples: int = Field(default=1, ge=1, description="Samples per instance and cell.")
     timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
     grading: GradingSpec = Field(default_factory=GradingSpec)
+    retries: RetrySpec = Field(default_factory=RetrySpec)
     concurrency: int = Field(default=4, ge=1, description="Tasks in flight at once.")
     output_dir: Path | None = Field(default=None, description="Run directory; default runs/<name>.")
 
     @model_validator(mode="after")
     def _matrix_names(self) -> Spec:
-        for field_name, declared in (
-            ("agents", self.agents),
-            ("models", self.models),
-            ("providers", self.providers),
-        ):
-            for name in getattr(self.matrix, field_name) or []:
-                if name not in declared:
-                    raise ValueError(
-                        f"matrix.{field_name} names {name!r}, which is not declared under `{field_name}` "
-                        f"(declared: {', '.join(declared) or 'none'})"
-                    )
+        problems = [
+            _undeclared(field_name, name, getattr(self, field_name))
+            for field_name, _, name in _matrix_names(self.matrix.model_dump())
+            if name not in getattr(self, field_name)
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     def run_dir(self) -> Path:
@@ -251,20 +258,65 @@ def _provider_config_class(type_: str) -> type[BaseModel]:
     return provider_class(type_).config_class
 
 
-def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Spec:
-    """Load and validate a spec file; ``overrides`` are ``a.b=c`` strings applied before validation."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import MarkedYAMLError
+def _matrix_names(matrix: Any) -> Iterator[tuple[str, int, Any]]:
+    """(field, index, name) of every name the matrix lists."""
+    if not isinstance(matrix, dict):
+        return
+    for field_name in ("agents", "models", "providers"):
+        names = matrix.get(field_name)
+        if isinstance(names, list):
+            yield from ((field_name, i, name) for i, name in enumerate(names))
 
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"spec file not found: {p}")
+
+def _undeclared(field_name: str, name: Any, declared: Any) -> str:
+    return (
+        f"matrix.{field_name} names {name!r}, which is not declared under `{field_name}` "
+        f"(declared: {', '.join(map(str, declared)) or 'none'})"
+    )
+
+
+def _check_matrix_names(data: dict[str, Any], source: str) -> list[str]:
+    """Every matrix name that is not declared, each at its own line (not the first one only)."""
+    errors = []
+    for field_name, i, name in _matrix_names(data.get("matrix")):
+        declared = data.get(field_name)
+        declared = declared if isinstance(declared, dict) else {}
+        if name not in declared:
+            pos = _locate(data, ("matrix", field_name, i))
+            where = f"{source}:{pos[0]}:{pos[1]}" if pos else source
+            errors.append(f"{where}: matrix.{field_name}.{i}: {_undeclared(field_name, name, declared)}")
+    return errors
+
+
+def _read_yaml(p: Path) -> Any:
+    """The YAML document of ``p`` (round-trip: line numbers kept); every error names file:line:col."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+    from ruamel.yaml.reader import ReaderError
+
+    text = read_utf8(p, SpecError)
     try:
-        data = YAML(typ="rt").load(p.read_text())
+        return YAML(typ="rt").load(text)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
         raise SpecError(f"invalid YAML: {exc.problem}", location=where) from None
+    except ReaderError as exc:  # a character YAML does not allow (a NUL, a control character)
+        line = text.count("\n", 0, exc.position) + 1
+        col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        raise SpecError(
+            f"invalid YAML: character {exc.character:#06x} is not allowed", location=f"{p}:{line}:{col}"
+        ) from None
+    except YAMLError as exc:
+        raise SpecError(f"invalid YAML: {exc}", location=str(p)) from None
+
+
+def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Spec:
+    """Load and validate a spec file; ``overrides`` are ``a.b=c`` strings applied before validation."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"spec file not found: {p}")
+    data = _read_yaml(p)
     if not isinstance(data, dict):
         raise SpecError("the spec must be a mapping of fields", location=str(p))
     applied: dict[tuple[Any, ...], str] = {}
@@ -275,13 +327,16 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     agents, errors = _validate_blocks(data, "agents", _agent_config_class, str(p), applied)
     providers, provider_errors = _validate_blocks(data, "providers", _provider_config_class, str(p), applied)
     errors += provider_errors
+    matrix_errors = _check_matrix_names(data, str(p))
+    errors += matrix_errors
     spec: Spec | None = None
     try:
         # Blocks already validated by their own classes go in as they are; a block that failed
         # (its errors are collected above) stands in as an unvalidated placeholder, not twice.
+        # A matrix with undeclared names (reported above, each at its line) is left out.
         spec = Spec.model_validate(
             {
-                **data,
+                **{k: v for k, v in data.items() if not (matrix_errors and k == "matrix")},
                 "agents": _validated_or_placeholder(data.get("agents"), agents, AgentConfig),
                 "providers": _validated_or_placeholder(data.get("providers"), providers, ProviderConfig),
             }

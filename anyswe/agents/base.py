@@ -8,6 +8,7 @@ explicitly by the executor because checking the grader with it is their whole pu
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -110,8 +111,12 @@ class Agent(ABC):
         self.config = config
         self.model = model
 
-    def check(self) -> None:  # noqa: B027 - optional hook
-        """Raise :class:`AgentError` if the agent cannot run at all (checked at plan time, before any work)."""
+    def check(self, dataset_ids: Collection[str] = ()) -> None:  # noqa: B027 - optional hook
+        """Raise :class:`AgentError` if the agent cannot run at all (checked at plan time, before any work).
+
+        ``dataset_ids``: every instance of the dataset (before the spec's filters), for agents that
+        bring their own per-instance inputs.
+        """
 
     @abstractmethod
     async def run(self, ctx: AgentContext) -> AgentOutcome:

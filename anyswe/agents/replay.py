@@ -6,14 +6,15 @@ exactly as the official harness does with a predictions file.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Collection
 from functools import cached_property
 from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
-from anyswe.agents.base import Agent, AgentConfig, AgentContext, AgentOutcome, ExitReason
+from anyswe._text import json_rows
+from anyswe.agents.base import Agent, AgentConfig, AgentContext, AgentOutcome
 from anyswe.errors import AgentError
 
 
@@ -36,13 +37,7 @@ class ReplayAgent(Agent):
         path = self.config.predictions
         if not path.is_file():
             raise AgentError(f"replay: predictions file not found: {path}")
-        text = path.read_text()
-        try:
-            rows = (
-                json.loads(text) if path.suffix == ".json" else [json.loads(x) for x in text.splitlines() if x.strip()]
-            )
-        except json.JSONDecodeError as exc:
-            raise AgentError(f"replay: {path}: invalid JSON: {exc}") from None
+        rows = json_rows(path, AgentError)
         out: dict[str, str] = {}
         for n, row in enumerate(rows, 1):
             if not isinstance(row, dict) or "instance_id" not in row or "model_patch" not in row:
@@ -52,17 +47,22 @@ class ReplayAgent(Agent):
             out[row["instance_id"]] = row["model_patch"] or ""
         return out
 
-    def check(self) -> None:
+    def check(self, dataset_ids: Collection[str] = ()) -> None:
         if not self.patches:
             raise AgentError(
                 f"replay: {self.config.predictions} has no predictions"
                 + (f" for {self.config.model_name_or_path!r}" if self.config.model_name_or_path else "")
             )
+        unknown = sorted(set(self.patches) - set(dataset_ids)) if dataset_ids else []
+        if unknown:
+            raise AgentError(
+                f"replay: {self.config.predictions} predicts {len(unknown)} instance(s) the dataset does not "
+                f"have: {', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''} (another dataset's predictions?)"
+            )
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         patch = self.patches.get(ctx.task.instance_id)
-        if patch is None:
-            ctx.log(f"replay: no prediction for {ctx.task.instance_id}")
-            return AgentOutcome(exit_reason=ExitReason.ERROR, submitted_patch="")
+        if patch is None:  # reported as this task's agent error, not passed off as a plain "unresolved"
+            raise AgentError(f"replay: {self.config.predictions} has no prediction for {ctx.task.instance_id}")
         ctx.log(f"replay: submitting {len(patch)} characters of patch")
         return AgentOutcome(submitted_patch=patch)

@@ -7,7 +7,6 @@ rows in SWE-bench's schema. Each dataset names the grading harness its instances
 from __future__ import annotations
 
 import functools
-import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from anyswe._text import json_rows
 from anyswe.datasets.instance import AgentView, Instance
 from anyswe.datasets.registry import known_datasets, route, split_name
 from anyswe.errors import DatasetError
@@ -98,22 +98,11 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     if path.suffix == ".parquet":
         import polars as pl
 
-        return pl.read_parquet(path).to_dicts()
-    text = path.read_text()
-    if path.suffix == ".json":
-        data = json.loads(text)
-        if not isinstance(data, list):
-            raise DatasetError(f"{path}: expected a JSON list of rows")
-        return data
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}:{n}: not valid JSON: {exc.msg}") from None
-    return rows
+            return pl.read_parquet(path).to_dicts()
+        except Exception as exc:  # polars raises its own types for a truncated or foreign file
+            raise DatasetError(f"{path}: not a readable parquet file: {exc}") from None
+    return json_rows(path, DatasetError)
 
 
 def _from_r2e(row: dict[str, Any]) -> dict[str, Any]:
@@ -134,6 +123,8 @@ def _validate(rows: Sequence[dict[str, Any]], source: str) -> list[Instance]:
     out = []
     seen: set[str] = set()
     for n, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise DatasetError(f"{source}: row {n}: expected an object of fields, found a {type(row).__name__}")
         if "expected_output_json" in row and "FAIL_TO_PASS" not in row:
             row = _from_r2e(row)
         try:

@@ -45,7 +45,22 @@ class ProbeAgent(Agent):
             r = await sb.exec(f"grep -rIl --exclude-dir=proc --exclude-dir=sys -e {needle!r} {ROOTS} 2>/dev/null")
             found[needle] = r.stdout.split()
         env = (await sb.exec("env")).stdout
-        ctx.log(json.dumps({"commits": commits, "found": found, "env": env}))
+        # Objects the base commit does not reach (a fixed file, a test file stored while deriving patches).
+        fsck = await sb.exec(["git", "fsck", "--unreachable", "--lost-found", "--no-reflogs"], workdir=ctx.workdir)
+        objects = await sb.exec(["git", "cat-file", "--batch-all-objects", "--batch-check"], workdir=ctx.workdir)
+        reachable = await sb.exec(["git", "rev-list", "--objects", "--all"], workdir=ctx.workdir)
+        ctx.log(
+            json.dumps(
+                {
+                    "commits": commits,
+                    "found": found,
+                    "env": env,
+                    "fsck": fsck.stdout + fsck.stderr,
+                    "objects": len(objects.stdout.splitlines()),
+                    "reachable": len(reachable.stdout.splitlines()),
+                }
+            )
+        )
         return AgentOutcome()
 
 
@@ -72,3 +87,5 @@ def test_agent_cannot_reach_answers_or_secrets(runtimes: None, tmp_path: Path, m
         assert found.pop("class Inventory") == ["/testbed/inventory.py"]
         assert found == {n: [] for n in found}, found
         assert "sk-host-secret" not in probe["env"]
+        assert "unreachable" not in probe["fsck"] and "dangling" not in probe["fsck"], probe["fsck"]
+        assert probe["objects"] == probe["reachable"] > 0  # every stored object belongs to the base commit

@@ -39,7 +39,7 @@ def test_rows_load_and_json_string_lists_parse(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("rows", "message"),
     [
-        ([ROW, "{not json"], r"rows\.jsonl:2: not valid JSON"),
+        ([ROW, "{not json"], r"rows\.jsonl:2:2: not valid JSON"),
         ([{k: v for k, v in ROW.items() if k != "repo"}], r"rows\.jsonl: row 1: field 'repo': Field required"),
         ([ROW, ROW], r"row 2: duplicate instance_id 'me__x-1'"),
         ([{**ROW, "FAIL_TO_PASS": 3}], r"row 1: field 'FAIL_TO_PASS'"),

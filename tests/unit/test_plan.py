@@ -168,8 +168,15 @@ def test_replay_predictions_are_checked_at_plan_time(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match=r"agents\.r: replay: predictions file not found: .*nope\.jsonl"):
         make_plan(load_spec(spec_from(tmp_path, base=text.replace("PREDS", "nope.jsonl"))))
     (tmp_path / "bad.jsonl").write_text('{"instance_id": "demo__calc-1", "model_patch": "x"}\n{oops\n')
-    with pytest.raises(PlanError, match=r"bad\.jsonl: invalid JSON"):
+    with pytest.raises(PlanError, match=r"bad\.jsonl:2:2: not valid JSON"):
         make_plan(load_spec(spec_from(tmp_path, base=text.replace("PREDS", "bad.jsonl"))))
     (tmp_path / "rows.jsonl").write_text('{"instance_id": "demo__calc-1"}\n')
     with pytest.raises(PlanError, match="row 1 lacks instance_id or model_patch"):
         make_plan(load_spec(spec_from(tmp_path, base=text.replace("PREDS", "rows.jsonl"))))
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"instance_id": "demo__calc-1", "model_patch": "caf\xe9"}\n')
+    with pytest.raises(PlanError, match=r"latin1\.jsonl:1:52: not UTF-8 text \(byte 0xe9\)"):
+        make_plan(load_spec(spec_from(tmp_path, base=text.replace("PREDS", "latin1.jsonl"))))
+    # Predictions for instances the dataset does not have: another dataset's file, not silently ignored.
+    (tmp_path / "other.jsonl").write_text('{"instance_id": "django__django-1", "model_patch": "x"}\n')
+    with pytest.raises(PlanError, match=r"predicts 1 instance\(s\) the dataset does not have: django__django-1"):
+        make_plan(load_spec(spec_from(tmp_path, base=text.replace("PREDS", "other.jsonl"))))

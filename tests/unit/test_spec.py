@@ -54,7 +54,8 @@ def test_good_spec_and_defaults(tmp_path: Path) -> None:
             ":12:5: providers.docker.type: unknown sandbox provider 'podman'",
         ),
         (GOOD + "samples: -1\n", ":14:1: samples: Input should be greater than or equal to 1"),
-        (GOOD + "matrix:\n  agents: [nope]\n", "matrix.agents names 'nope', which is not declared"),
+        (GOOD + "matrix:\n  agents: [nope]\n", ":15:12: matrix.agents.0: matrix.agents names 'nope', which is not"),
+        (GOOD + "matrix:\n  agents: []\n", ":15:3: matrix.agents: List should have at least 1 item"),
         (GOOD.replace("name: t\n", ""), ":1:1: name: Field required"),
         (
             GOOD + "models:\n  m:\n    api: openai-chat\n    model: x\n    api_key_env: sk-abc123\n",
@@ -75,6 +76,21 @@ def test_all_errors_reported_at_once(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as info:
         load_spec(write(tmp_path, text))
     assert "providers.docker.memroy" in str(info.value) and "agents.gold.bad" in str(info.value)
+
+
+def test_every_undeclared_matrix_name_at_its_own_line(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD + "matrix:\n  agents: [gold, nope]\n  providers:\n    - docker\n    - podman\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    lines = str(info.value).splitlines()
+    assert [line.split(": ", 1)[0].removeprefix(str(path)) for line in lines] == [":15:18", ":18:7"], lines
+
+
+def test_a_byte_that_is_not_utf8_is_located(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_bytes(GOOD.encode() + b"description: caf\xe9\n")
+    with pytest.raises(SpecError, match=r"spec\.yaml:14:17: not UTF-8 text \(byte 0xe9\)"):
+        load_spec(path)
 
 
 def test_invalid_yaml_points_at_line(tmp_path: Path) -> None:

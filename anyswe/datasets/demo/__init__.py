@@ -23,7 +23,7 @@ from anyswe.datasets.instance import Instance
 from anyswe.errors import DatasetError
 
 TASKS_DIR = Path(__file__).parent / "tasks"
-_FORMAT = "2"  # bump when the derivation below changes, to invalidate cached rows
+_FORMAT = "3"  # bump when the derivation below changes, to invalidate cached rows
 # Fixed identity and dates make the base commit hash a function of the files alone.
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "anyswe",
@@ -92,6 +92,10 @@ def materialize(task_dir: Path) -> tuple[Instance, Path]:
             "demo_traits": meta.get("traits", []),
             **extra,
         }
+        # Deriving the patches stored the fixed and the test files as objects: the image must not
+        # hold them (an agent would find the answer with `git fsck --lost-found`).
+        _git(repo, "reflog", "expire", "--expire=now", "--all")
+        _git(repo, "prune", "--expire=now")
         instance = Instance.model_validate(row)
         (tmp / "row.json").write_text(instance.model_dump_json(indent=1))
         out.parent.mkdir(parents=True, exist_ok=True)

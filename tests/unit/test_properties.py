@@ -1,0 +1,143 @@
+"""Property-based checks of what reads users' files and handles patches: whatever the bytes, the
+answer is a result or a clear anyswe error (naming the file), never a traceback or lost work."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from anyswe.agents.replay import ReplayAgent, ReplayConfig
+from anyswe.datasets import load_dataset
+from anyswe.errors import AgentError, DatasetError, SpecError
+from anyswe.grading.ladder import END_MARKER, split_end_marker
+from anyswe.results.schema import TaskResult
+from anyswe.spec import load_spec
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+GOOD_SPEC = b"""\
+name: t
+dataset: {name: demo, limit: 2}
+agents:
+  gold: {type: gold}
+providers:
+  docker: {type: docker, memory: 2g}
+matrix: {agents: [gold]}
+"""
+
+ROW = {
+    "instance_id": "a__b-1",
+    "repo": "a/b",
+    "base_commit": "0" * 40,
+    "problem_statement": "fix it",
+    "patch": "diff --git a/x b/x\n",
+    "test_patch": "",
+    "FAIL_TO_PASS": ["t::a"],
+    "PASS_TO_PASS": [],
+    "version": "1.0",
+}
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _file(data: bytes, suffix: str) -> Path:
+    path = Path(tempfile.mkdtemp()) / f"input{suffix}"
+    path.write_bytes(data)
+    return path
+
+
+def _spliced(base: bytes, junk: bytes, at: int) -> bytes:
+    at = at % (len(base) + 1)
+    return base[:at] + junk + base[at:]
+
+
+@SETTINGS
+@given(junk=st.binary(max_size=40), at=st.integers(min_value=0))
+def test_spec_with_any_bytes_spliced_in_loads_or_names_the_file(junk: bytes, at: int) -> None:
+    path = _file(_spliced(GOOD_SPEC, junk, at), ".yaml")
+    try:
+        load_spec(path)
+    except SpecError as exc:
+        assert str(path) in str(exc)
+
+
+@SETTINGS
+@given(data=st.binary(max_size=300))
+def test_spec_of_arbitrary_bytes(data: bytes) -> None:
+    path = _file(data, ".yaml")
+    try:
+        load_spec(path)
+    except SpecError as exc:
+        assert str(path) in str(exc)
+
+
+@SETTINGS
+@given(
+    rows=st.lists(st.one_of(json_values, st.just(ROW), st.builds(lambda v: {**ROW, "FAIL_TO_PASS": v}, json_values))),
+    suffix=st.sampled_from([".jsonl", ".json"]),
+    junk=st.binary(max_size=8),
+    at=st.integers(min_value=0),
+)
+def test_dataset_file_loads_or_names_the_file(rows: list[Any], suffix: str, junk: bytes, at: int) -> None:
+    text = json.dumps(rows) if suffix == ".json" else "\n".join(json.dumps(r) for r in rows)
+    path = _file(_spliced(text.encode(), junk, at), suffix)
+    try:
+        dataset = load_dataset(path=path)
+    except DatasetError as exc:
+        assert str(path) in str(exc)
+    else:
+        assert all(i.instance_id for i in dataset.instances)
+
+
+@SETTINGS
+@given(
+    rows=st.lists(
+        st.one_of(json_values, st.fixed_dictionaries({"instance_id": st.text(), "model_patch": st.text()})),
+        max_size=5,
+    ),
+    junk=st.binary(max_size=8),
+    at=st.integers(min_value=0),
+)
+def test_predictions_file_loads_or_names_the_file(rows: list[Any], junk: bytes, at: int) -> None:
+    path = _file(_spliced("\n".join(json.dumps(r) for r in rows).encode(), junk, at), ".jsonl")
+    agent = ReplayAgent(ReplayConfig(predictions=path))
+    try:
+        agent.check(["a__b-1"])
+    except AgentError as exc:
+        assert str(path) in str(exc)
+    else:
+        assert set(agent.patches) <= {"a__b-1"}
+
+
+@SETTINGS
+@given(output=st.text(), code=st.integers(min_value=0, max_value=255))
+def test_end_marker_is_found_and_removed_exactly(output: str, code: int) -> None:
+    # What the eval wrapper prints: the script's output, a newline, the marker and the exit status.
+    assert split_end_marker(f"{output}\n{END_MARKER} {code}\n") == (output, True)
+    if f"\n{END_MARKER} " not in output:
+        assert split_end_marker(output) == (output, False)
+
+
+@SETTINGS
+@given(patch=st.text(alphabet=st.characters(codec=None, exclude_categories=())))
+def test_any_patch_text_round_trips_through_a_result_row_or_is_refused_cleanly(patch: str) -> None:
+    """Patches are text from agents: anything they hold (lone surrogates included) is stored or refused
+    with a ValueError/UnicodeError, which the driver records as the task's own error."""
+    row = TaskResult.model_validate(
+        {"key": "k", "cell": "c", "agent": "a", "provider": "p", "provider_type": "docker", "instance_id": "i"}
+        | {"repo": "r", "sample": 0, "attempt": 1, "spec": "s", "run_id": "x", "model_patch": patch}
+    )
+    try:
+        line = row.to_json_line()
+    except (ValueError, UnicodeError):
+        return
+    assert TaskResult.model_validate_json(line).model_patch == patch
