@@ -17,9 +17,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from anyswe.errors import AnysweError
+from anyswe.errors import AnysweError, ResultsError
 from anyswe.execute import models
-from anyswe.execute.progress import make_progress
+from anyswe.execute.progress import Progress, make_progress
 from anyswe.execute.task import failed_output
 from anyswe.execute.unit import TaskOutput, WorkUnit, make_unit
 from anyswe.execute.worker import Worker
@@ -87,6 +87,68 @@ def _write(store: RunStore, output: TaskOutput) -> None:
     store.append(output.result)
 
 
+class _Driver:
+    """One apply: launches units under the concurrency bound, retries infra errors, records outputs."""
+
+    def __init__(self, plan: Plan, store: RunStore, worker: Worker, concurrency: int, progress: bool) -> None:
+        self.plan, self.store, self.worker = plan, store, worker
+        self.slots = asyncio.Semaphore(concurrency)
+        self.progress = progress
+        self.resolved = self.errors = 0
+        self.kinds: dict[str, int] = {}
+
+    async def attempt(self, unit: WorkUnit, gateway: Gateway | None) -> TaskOutput:
+        async with self.slots:
+            task_dir = self.store.task_dir(unit.key)
+            (task_dir / models.TRAJECTORY).unlink(missing_ok=True)  # an earlier attempt's calls
+            try:
+                unit, token = models.grant(gateway, unit, task_dir)
+            except AnysweError as exc:  # e.g. nothing recorded to replay: this task's error only
+                output = failed_output(unit, "agent", f"{type(exc).__name__}: {exc}")
+            else:
+                output = await self.worker.run(unit)
+                if gateway is not None and token is not None:
+                    output = models.settle(output, gateway.revoke(token), task_dir, unit.model)
+        record(self.store, output)
+        return output
+
+    async def one(self, unit: WorkUnit, gateway: Gateway | None, bar: Progress) -> None:
+        retry = self.plan.spec.retries
+        for n in range(1, retry.max_attempts + 1):
+            try:
+                output = await self.attempt(unit, gateway)
+            except OSError as exc:  # the run directory itself refuses writes (a full disk): stop the run
+                raise ResultsError(f"cannot write to {self.store.run_dir}: {exc}") from exc
+            if output.result.error_kind != "infra" or n == retry.max_attempts:
+                break
+            # Every attempt keeps its row; the backoff waits outside the concurrency bound.
+            await asyncio.sleep(retry.backoff * 2 ** (n - 1))
+            unit = dataclasses.replace(unit, attempt=unit.attempt + 1)
+        self.resolved += output.result.resolved
+        if output.result.error_kind is not None:
+            self.errors += 1
+            self.kinds[output.result.error_kind] = self.kinds.get(output.result.error_kind, 0) + 1
+        bar.advance(output.result)
+
+    async def run(self, units: list[WorkUnit]) -> None:
+        bar = make_progress(len(units), self.plan.spec.name, enabled=self.progress)
+        try:
+            async with models.run_gateway(units) as gateway, asyncio.TaskGroup() as group:
+                for unit in units:
+                    group.create_task(self.one(unit, gateway, bar))
+        except BaseExceptionGroup as group_error:
+            # Only what stops the whole run gets here (a task's own failure is its row): the first
+            # cause, plainly, so callers see a ResultsError rather than a group.
+            raise _first_leaf(group_error) from group_error
+        finally:
+            bar.close()
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
 async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, progress: bool = True) -> RunSummary:
     """Run every task of ``plan`` not already done in ``run_dir``."""
     with RunStore(run_dir) as store:
@@ -97,49 +159,23 @@ async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, 
         worker = Worker()
         await worker.check(units)
         await worker.collect_orphans({t.key for t in plan.tasks})
-        slots = asyncio.Semaphore(concurrency or plan.spec.concurrency)
-        bar = make_progress(len(units), plan.spec.name, enabled=progress)
-        resolved = errors = 0
-        kinds: dict[str, int] = {}
-
-        async def attempt(unit: WorkUnit, gateway: Gateway | None) -> TaskOutput:
-            async with slots:
-                task_dir = store.task_dir(unit.key)
-                (task_dir / models.TRAJECTORY).unlink(missing_ok=True)  # an earlier attempt's calls
-                try:
-                    unit, token = models.grant(gateway, unit, task_dir)
-                except AnysweError as exc:  # e.g. nothing recorded to replay: this task's error only
-                    output = failed_output(unit, "agent", f"{type(exc).__name__}: {exc}")
-                else:
-                    output = await worker.run(unit)
-                    if gateway is not None and token is not None:
-                        output = models.settle(output, gateway.revoke(token), task_dir, unit.model)
-            record(store, output)
-            return output
-
-        async def one(unit: WorkUnit, gateway: Gateway | None) -> None:
-            nonlocal resolved, errors
-            retry = plan.spec.retries
-            for n in range(1, retry.max_attempts + 1):
-                output = await attempt(unit, gateway)
-                if output.result.error_kind != "infra" or n == retry.max_attempts:
-                    break
-                # Every attempt keeps its row; the backoff waits outside the concurrency bound.
-                await asyncio.sleep(retry.backoff * 2 ** (n - 1))
-                unit = dataclasses.replace(unit, attempt=unit.attempt + 1)
-            resolved += output.result.resolved
-            if output.result.error_kind is not None:
-                errors += 1
-                kinds[output.result.error_kind] = kinds.get(output.result.error_kind, 0) + 1
-            bar.advance(output.result)
-
+        driver = _Driver(plan, store, worker, concurrency or plan.spec.concurrency, progress)
+        finished = False
         try:
-            async with models.run_gateway(units) as gateway, asyncio.TaskGroup() as group:
-                for unit in units:
-                    group.create_task(one(unit, gateway))
+            await driver.run(units)
+            finished = True
         finally:
             await asyncio.shield(worker.sweep(run_id))
-            bar.close()
-            store.write_aggregates()
-            export_run(run_dir)
-    return RunSummary(run_dir, len(plan.tasks), len(plan.tasks) - len(units), len(units), resolved, errors, kinds)
+            _summarise(store, run_dir, raise_errors=finished)
+    done = len(plan.tasks) - len(units)
+    return RunSummary(run_dir, len(plan.tasks), done, len(units), driver.resolved, driver.errors, driver.kinds)
+
+
+def _summarise(store: RunStore, run_dir: Path, *, raise_errors: bool) -> None:
+    """Per-cell aggregates and exports; when the run already failed, its own error is the one to see."""
+    try:
+        store.write_aggregates()
+        export_run(run_dir)
+    except OSError as exc:
+        if raise_errors:
+            raise ResultsError(f"the run's results are kept, but its summaries could not be written: {exc}") from exc

@@ -64,6 +64,8 @@ class Budget:
     calls: int | None = None
     tokens: int | None = None
     seconds: float | None = None
+    #: The agent's own turn cap, for agents that have none (a call past it ends the task at max_iterations).
+    turns: int | None = None
 
 
 @dataclass
@@ -83,9 +85,13 @@ class Grant:
     failed: str | None = None
     #: Calls the upstream failed (rate limits, server errors) that the agent may have retried.
     upstream_errors: int = 0
+    #: Why a call could not be recorded (the host's disk): the task's trajectory is incomplete.
+    unrecorded: str | None = None
     active: bool = True
 
     def over_budget(self) -> str | None:
+        if self.budget.turns is not None and self.calls >= self.budget.turns:
+            return f"turns ({self.budget.turns})"
         if self.budget.calls is not None and self.calls >= self.budget.calls:
             return f"calls ({self.budget.calls})"
         started, seconds = self.first_call, self.budget.seconds
@@ -298,6 +304,9 @@ class Gateway:
             },
             "usage": vars(reply.usage),
         }
-        grant.trajectory.parent.mkdir(parents=True, exist_ok=True)
-        with open(grant.trajectory, "a") as fh:
-            fh.write(json.dumps(record) + "\n")
+        try:
+            grant.trajectory.parent.mkdir(parents=True, exist_ok=True)
+            with open(grant.trajectory, "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+        except OSError as exc:  # the agent still gets its reply; the task is retried as an infra error
+            grant.unrecorded = grant.unrecorded or f"the gateway could not record a call in {grant.trajectory}: {exc}"

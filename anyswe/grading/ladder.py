@@ -60,7 +60,7 @@ async def grade_patch(
     script = harness.eval_script(instance)
     rung, apply_log = await apply_patch(sandbox, patch, harness.workdir)
     if rung is None:
-        await sandbox.check_alive("patch apply")  # a dead sandbox fails every rung
+        await sandbox.check_alive("patch apply", settle=2)  # a dead sandbox fails every rung
         return Verdict(
             resolved=False,
             patch_exists=True,
@@ -75,7 +75,7 @@ async def grade_patch(
     r = await sandbox.exec(["bash", "-c", script_then_marker], workdir=harness.workdir, timeout=timeout)
     output, ended = split_end_marker(r.stdout)
     if not ended:
-        await sandbox.check_alive("the eval script")
+        await sandbox.check_alive("the eval script", settle=5)
         if not r.timed_out:
             raise SandboxLost(
                 f"the eval script in sandbox {sandbox.name} was cut short (exit {r.exit_code}, no end marker); "

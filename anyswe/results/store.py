@@ -9,6 +9,7 @@ none is duplicated. One process at a time may write to a run directory (an flock
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import math
@@ -78,7 +79,7 @@ class RunStore:
             self._lock_fh.close()
             raise ResultsError(f"another anyswe process is writing to {self.run_dir}") from None
         self._repair_tail()
-        self._out = open(self.results_path, "ab")
+        self._out = open(self.results_path, "ab", buffering=0)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -114,14 +115,26 @@ class RunStore:
         return counts
 
     def append(self, result: TaskResult) -> None:
-        """Append one result durably: written, flushed and fsynced before returning."""
+        """Append one result durably: written and fsynced before returning, or not at all.
+
+        A write the disk refuses part-way (a full disk) is cut back off, so the file never holds a
+        torn line between good ones; the caller gets a :class:`ResultsError`.
+        """
         if self._out is None:
             raise ResultsError("the run store is not open")
         line = result.to_json_line()
         with self._write_lock:
-            self._out.write(line)
-            self._out.flush()
-            os.fsync(self._out.fileno())
+            fd = self._out.fileno()
+            size = os.fstat(fd).st_size
+            try:
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                raise ResultsError(f"cannot append to {self.results_path}: {exc}") from exc
 
     # -- artefacts --------------------------------------------------------------------------------
 

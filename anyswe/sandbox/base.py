@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import os
 import tempfile
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -333,9 +334,15 @@ class Sandbox(ABC, Generic[P]):
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    async def check_alive(self, during: str) -> None:
-        """Raise :class:`SandboxLost` naming the cause if the sandbox died (``during`` says in what)."""
-        reason = await self.provider.gone_reason(self.name)
+    async def check_alive(self, during: str, *, settle: float = 0.0) -> None:
+        """Raise :class:`SandboxLost` naming the cause if the sandbox died (``during`` says in what).
+
+        ``settle``: seconds to keep looking; a runtime reports a kill a moment after the commands
+        inside have died (docker still says "running" just after ``docker kill``).
+        """
+        deadline = time.monotonic() + settle
+        while (reason := await self.provider.gone_reason(self.name)) is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
         if reason is not None:
             raise SandboxLost(f"sandbox {self.name} died during {during}: {reason}")
 

@@ -22,6 +22,7 @@ NAME_PREFIX = "anyswe-"
 LABEL_MANAGED = "anyswe.managed"
 LABEL_RUN = "anyswe.run_id"
 LABEL_TASK = "anyswe.task_id"
+LABEL_PHASE = "anyswe.phase"
 LABEL_SESSION = "anyswe.session"
 LABEL_OWNER = "anyswe.owner"
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from anyswe.sandbox.labels import (
     LABEL_MANAGED,
     LABEL_OWNER,
+    LABEL_PHASE,
     LABEL_RUN,
     LABEL_SESSION,
     LABEL_TASK,
@@ -138,12 +139,15 @@ class SandboxRequest:
     name: str = field(default_factory=lambda: f"{NAME_PREFIX}{uuid.uuid4().hex[:16]}")
     session: str = field(default_factory=current_session)
     owner: str = field(default_factory=current_owner)
+    #: What the sandbox is for within its task ("agent", "grading"), to tell them apart in `docker ps`.
+    phase: str = ""
 
     def labels(self) -> dict[str, str]:
         return {
             LABEL_MANAGED: "1",
             LABEL_RUN: self.run_id,
             LABEL_TASK: self.task_id,
+            LABEL_PHASE: self.phase,
             LABEL_SESSION: self.session,
             LABEL_OWNER: self.owner,
         }

@@ -193,6 +193,21 @@ async def test_budget_refuses_in_the_protocols_error_shape(gateway: Gateway, tmp
     assert gateway.revoke(token).exhausted == "calls (1)"
 
 
+async def test_a_call_that_cannot_be_recorded_still_answers_and_marks_the_task(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    """A full disk under the trajectory is the host's failure: the agent is served, the task is infra."""
+    (tmp_path / "not-a-dir").write_text("")
+    token = gateway.grant(
+        "task-1", "m", ScriptedModel(STEPS, submit=SUBMIT), trajectory=tmp_path / "not-a-dir" / "traj.jsonl"
+    )
+    client = _client(anthropic.AsyncAnthropic, base_url=gateway.url(), api_key=token)
+    reply = await client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    assert reply.content
+    used = gateway.revoke(token)
+    assert used.calls == 1 and used.unrecorded is not None and "could not record" in used.unrecorded
+
+
 def test_shell_tool_is_found_by_name_and_argument() -> None:
     claude_bash = {"Bash": {"properties": {"command": {}, "timeout": {}}, "required": ["command"]}}
     assert shell_tool(claude_bash) == ("Bash", "command")
