@@ -19,6 +19,7 @@ setup:
 # Lint, type-check, then the whole test suite (container tests included).
 test: setup lint
     bash scripts/provision.sh browser
+    bash scripts/provision.sh image-bullseye
     uv run pytest
 
 lint:

@@ -6,6 +6,7 @@ variable that holds it, and only the host-side process that talks to the upstrea
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -68,6 +69,9 @@ class ModelSpec(BaseModel):
     api: Protocol | Literal["scripted"]
     model: str = Field(default="scripted", description="The model id sent to the API.")
     base_url: str | None = None
+    base_url_env: str | None = Field(
+        default=None, description="Name of an environment variable holding the base URL (when base_url is unset)."
+    )
     api_key_env: str | None = Field(default=None, description="Name of the environment variable holding the key.")
     params: dict[str, Any] = Field(default_factory=dict, description="Sampling parameters (temperature, ...).")
     protocol: Protocol | None = Field(default=None, description="scripted: the protocol agents speak to it.")
@@ -87,12 +91,18 @@ class ModelSpec(BaseModel):
             return self.protocol or "openai-chat"
         return self.api
 
-    @field_validator("api_key_env")
+    @field_validator("api_key_env", "base_url_env")
     @classmethod
     def _env_name(cls, value: str | None) -> str | None:
         if value is not None and not _ENV_NAME.match(value):
             raise ValueError("must be the NAME of an environment variable (e.g. OPENAI_API_KEY), never the key itself")
         return value
+
+    def endpoint_url(self) -> str | None:
+        """``base_url``, or the value of ``base_url_env`` in this process's environment."""
+        if self.base_url is not None or self.base_url_env is None:
+            return self.base_url
+        return os.environ.get(self.base_url_env) or None
 
     def key_payload(self) -> dict[str, Any]:
         """What of the model changes a result (and so the task key): not where it is served from."""

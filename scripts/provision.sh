@@ -18,6 +18,7 @@ ANYSWE_HOME=${ANYSWE_HOME:-/var/lib/anyswe}
 APPTAINER_ROOT=${ANYSWE_APPTAINER_ROOT:-$ANYSWE_HOME/apptainer-root}
 BASE_IMAGE=${ANYSWE_BASE_IMAGE:-anyswe/base:bookworm}
 BASE_PACKAGES=python3,python3-pytest,git,patch,ca-certificates,procps
+OLD_BASE_IMAGE=anyswe/base:bullseye
 LOG_DIR=${ANYSWE_LOG_DIR:-$ANYSWE_HOME/log}
 BIN_DIR=${ANYSWE_BIN_DIR:-/usr/local/bin}
 
@@ -131,24 +132,31 @@ install_apptainer_wrapper() {
   ln -sf "$BIN_DIR/apptainer" "$BIN_DIR/singularity"
 }
 
-provision_image() {
+# A Debian rootfs from Debian packages, imported into docker: $1 image name, $2 Debian suite.
+build_base_image() {
+  local image=$1 suite=$2
   docker_ok || die "docker is not running (run: $0 docker)"
-  if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
-    log "image: $BASE_IMAGE present"; return 0
+  if docker image inspect "$image" >/dev/null 2>&1; then
+    log "image: $image present"; return 0
   fi
   apt_install mmdebstrap
   local mirror tar
   mirror=$(debian_mirror)
   tar=$(mktemp --suffix=.tar)
-  log "image: building $BASE_IMAGE from Debian packages ($BASE_PACKAGES)"
+  log "image: building $image from Debian $suite packages ($BASE_PACKAGES)"
   mmdebstrap --variant=apt --quiet --include="$BASE_PACKAGES" \
     --customize-hook='chroot "$1" git config --system init.defaultBranch main' \
     --customize-hook='rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*' \
-    bookworm "$tar" "deb $mirror bookworm main" >&2
-  docker import --change 'CMD ["/bin/bash"]' --change 'ENV LANG=C.UTF-8' "$tar" "$BASE_IMAGE" >/dev/null
+    "$suite" "$tar" "deb $mirror $suite main" >&2
+  docker import --change 'CMD ["/bin/bash"]' --change 'ENV LANG=C.UTF-8' "$tar" "$image" >/dev/null
   rm -f "$tar"
-  log "image: $BASE_IMAGE built"
+  log "image: $image built"
 }
+
+provision_image() { build_base_image "$BASE_IMAGE" bookworm; }
+
+# An older base (Debian 11: glibc 2.31) on which the agent bundles, built on Debian 12, are tried.
+provision_image_bullseye() { build_base_image "$OLD_BASE_IMAGE" bullseye; }
 
 # anyswe compiles a small static helper (anyswe/sandbox/helper/anyswe-exec.c) that every sandbox
 # runs its commands through; it needs a C compiler and a static libc.
@@ -160,6 +168,14 @@ provision_helper() {
   fi
   rm -f "$probe"
   log "helper: $(cc --version | head -n1)"
+}
+
+# Agent bundles are built on the host: Claude Code and OpenClaw with `npm ci` from committed locks,
+# Hermes on Debian's own CPython 3.11; OpenClaw's bundle carries the host's libatomic as a fallback.
+provision_agents() {
+  if ! command -v npm >/dev/null 2>&1; then apt_install npm; fi
+  apt_install python3.11 libatomic1
+  log "agents: npm $(npm --version) (node $(node --version 2>/dev/null)), $(/usr/bin/python3.11 --version)"
 }
 
 # Headless Chromium checks the HTML report in the tests (Debian's package; nothing downloaded by npm).
@@ -175,10 +191,12 @@ main() {
     docker) provision_docker ;;
     apptainer) provision_apptainer ;;
     image) provision_image ;;
+    image-bullseye) provision_image_bullseye ;;
     helper) provision_helper ;;
     browser) provision_browser ;;
-    all) provision_docker; provision_apptainer; provision_image; provision_helper ;;
-    *) die "unknown target '$what' (docker, apptainer, image, helper, browser, all)" ;;
+    agents) provision_agents ;;
+    all) provision_docker; provision_apptainer; provision_image; provision_helper; provision_agents ;;
+    *) die "unknown target '$what' (docker, apptainer, image, image-bullseye, helper, agents, browser, all)" ;;
   esac
 }
 main "$@"

@@ -1,4 +1,5 @@
-"""Agents by short name (model-free ``gold``, ``noop``, ``replay``; ``mini-swe-agent``) or as ``module:Class``."""
+"""Agents by short name or as ``module:Class``: model-free ``gold``, ``noop``, ``replay``; host-driven
+``mini-swe-agent``; in the sandbox ``claude-code``, ``openclaw``, ``hermes``."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ AGENTS.register("gold", "anyswe.agents.gold:GoldAgent")
 AGENTS.register("noop", "anyswe.agents.noop:NoopAgent")
 AGENTS.register("replay", "anyswe.agents.replay:ReplayAgent")
 AGENTS.register("mini-swe-agent", "anyswe.agents.mini_swe_agent:MiniSweAgent")
+AGENTS.register("claude-code", "anyswe.agents.claude_code:ClaudeCodeAgent")
+AGENTS.register("openclaw", "anyswe.agents.openclaw:OpenClawAgent")
+AGENTS.register("hermes", "anyswe.agents.hermes:HermesAgent")
 
 
 def register_agent(name: str, target: str | type[Agent]) -> None:

@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -19,7 +20,7 @@ from anyswe.model import ModelEndpoint, ModelSpec
 
 if TYPE_CHECKING:
     from anyswe.datasets.instance import AgentView
-    from anyswe.sandbox import Sandbox
+    from anyswe.sandbox import Sandbox, SandboxRequest
 
 __all__ = ["Agent", "AgentConfig", "AgentContext", "AgentOutcome", "AgentUsage", "ExitReason", "ModelEndpoint"]
 
@@ -62,6 +63,8 @@ class AgentContext:
     max_turns: int | None = None
     #: Only for the model-free reference agent `gold`: the reference patch.
     reference_patch: str | None = None
+    #: A per-task host directory for the agent's own state (agents that run in the sandbox mount it).
+    state_dir: Path | None = None
     log_lines: list[str] = field(default_factory=list)
 
     def log(self, line: str) -> None:
@@ -105,6 +108,8 @@ class Agent(ABC):
     needs_reference: ClassVar[bool] = False
     #: The shell command with which this agent says it is done (the scripted model ends with it).
     submit_command: ClassVar[str | None] = None
+    #: Paths in the repository the agent writes for itself (logs, state): kept out of the captured patch.
+    capture_excludes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: AgentConfig, model: ModelSpec | None = None) -> None:
         """One agent object per (agent, model) cell; ``model`` is None for model-free agents."""
@@ -117,6 +122,17 @@ class Agent(ABC):
         ``dataset_ids``: every instance of the dataset (before the spec's filters), for agents that
         bring their own per-instance inputs.
         """
+
+    @classmethod
+    def gateway_turn_cap(cls, config: AgentConfig) -> int | None:
+        """A turn cap the model gateway keeps for this agent (for agents that have none of their own)."""
+        return None
+
+    def sandbox_request(
+        self, request: SandboxRequest, *, model: ModelEndpoint | None, state_dir: Path
+    ) -> SandboxRequest:
+        """The task's sandbox as this agent needs it (mounts, network); the default request by default."""
+        return request
 
     @abstractmethod
     async def run(self, ctx: AgentContext) -> AgentOutcome:

@@ -84,7 +84,12 @@ def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[Work
     if gateway is None or unit.model is None or unit.cell.model is None:
         return unit, None
     model = unit.model
-    budget = Budget(calls=model.budget.calls, tokens=model.budget.tokens, seconds=model.budget.seconds)
+    budget = Budget(
+        calls=model.budget.calls,
+        tokens=model.budget.tokens,
+        seconds=model.budget.seconds,
+        turns=agent_class(unit.agent.type).gateway_turn_cap(unit.agent),
+    )
     upstream: Upstream
     if model.replay is not None:
         upstream = replay_upstream(unit, model)
@@ -108,17 +113,23 @@ def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[Work
 def settle(output: TaskOutput, used: Grant, task_dir: Path, model: ModelSpec | None = None) -> TaskOutput:
     """Fold a task's model usage (cost, applied params, a budget stop) into its result."""
     update: dict[str, object] = {"model_calls": used.calls, **vars(used.usage)}
+    if not output.result.turns:  # an agent that does not count its turns: each model call is one
+        update["turns"] = used.calls
     if model is not None and model.params:
         update["model_params"] = json.dumps(model.params, sort_keys=True)
     if model is not None and model.prices is not None:
         update["cost_usd"] = model.prices.cost(*vars(used.usage).values())
     if (task_dir / TRAJECTORY).is_file():
         update["trajectory_path"] = f"tasks/{task_dir.name}/{TRAJECTORY}"
-    if used.failed is not None and output.result.error_kind is None:
+    if used.unrecorded is not None and output.result.error_kind is None:
+        update.update(error_kind="infra", error=used.unrecorded, mask_sample=True, resolved=False, reward=0.0)
+    elif used.failed is not None and output.result.error_kind is None:
         update.update(error_kind="agent", error=used.failed, exit_reason=ExitReason.ERROR)
     elif used.exhausted is not None and output.result.error_kind is None:
-        update["exit_reason"] = ExitReason.BUDGET
-        update["error"] = f"budget exhausted: {used.exhausted}"
+        # The agent's turn cap, kept by the gateway for agents without one, is a step limit.
+        turns = used.exhausted.startswith("turns")
+        update["exit_reason"] = ExitReason.MAX_ITERATIONS if turns else ExitReason.BUDGET
+        update["error"] = f"{'turn cap reached' if turns else 'budget exhausted'}: {used.exhausted}"
         update["mask_sample"] = output.result.mask_sample or output.result.resolved
     result = output.result.model_copy(update=update)
     return dataclasses.replace(output, result=result)

@@ -11,12 +11,17 @@ bug in anyswe is ``"internal"``. Nothing here writes files: the artefacts travel
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+import os
+import tempfile
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
@@ -83,13 +88,17 @@ def mask_sample(*, error_kind: str | None, agent_timed_out: bool, resolved: bool
 # -- phases ---------------------------------------------------------------------------------------
 
 
-async def capture_patch(sandbox: Sandbox[Any], workdir: str, base_commit: str) -> str:
+async def capture_patch(sandbox: Sandbox[Any], workdir: str, base_commit: str, excludes: tuple[str, ...] = ()) -> str:
     """Everything the agent changed, new files included, as a binary git diff against the base commit.
 
     Against ``base_commit`` rather than HEAD, so an agent that commits its work is still captured.
+    ``excludes``: paths the agent wrote for itself (its state, its logs), not part of its fix.
     """
+    pathspec = ["--", ".", *(f":(exclude){p}" for p in excludes)] if excludes else []
     r = await sandbox.exec(
-        ["bash", "-c", f"git add -A && git diff --cached --binary {base_commit}"], workdir=workdir, timeout=300
+        ["bash", "-c", 'git add -A "${@:2}" && git diff --cached --binary "$1"', "capture", base_commit, *pathspec],
+        workdir=workdir,
+        timeout=300,
     )
     if r.exit_code != 0:
         raise InfraError(f"patch capture failed (exit {r.exit_code}): {r.stderr.strip()[-500:]}")
@@ -110,7 +119,7 @@ async def run_agent(agent: Agent, ctx: AgentContext, timeout: float) -> AgentRun
 
 
 async def work(
-    unit: WorkUnit, agent: Agent, harness: Harness, sandbox: Sandbox[Any], trace: _Trace
+    unit: WorkUnit, agent: Agent, harness: Harness, sandbox: Sandbox[Any], trace: _Trace, state_dir: Path
 ) -> tuple[AgentRun, str]:
     """Agent then patch capture, in the task's sandbox."""
     ctx = AgentContext(
@@ -120,13 +129,17 @@ async def work(
         timeout=unit.agent_timeout,
         model=unit.endpoint,
         reference_patch=unit.instance.patch if agent.needs_reference else None,
+        state_dir=state_dir,
         log_lines=trace.log_lines,
     )
     run = await trace.timed("time_agent", run_agent(agent, ctx, unit.agent_timeout))
+    # A sandbox killed under the agent makes its failure (or its submission) no result of its own.
+    await sandbox.check_alive("the agent's work", settle=2 if run.error or run.timed_out else 0)
     patch = run.outcome.submitted_patch
     if patch is None:
         patch = await trace.timed(
-            "time_patch_capture", capture_patch(sandbox, harness.workdir, unit.instance.base_commit)
+            "time_patch_capture",
+            capture_patch(sandbox, harness.workdir, unit.instance.base_commit, agent.capture_excludes),
         )
     return run, patch
 
@@ -135,8 +148,17 @@ async def grade(unit: WorkUnit, provider: SandboxProvider[Any], image: str, harn
     """The grading phase, in a fresh sandbox: nothing the agent did outside its patch reaches the tests."""
     if not patch.strip():
         return empty_patch_verdict(unit.instance, harness)
-    async with provider.sandbox(SandboxRequest(image, run_id=unit.run_id, task_id=unit.key)) as grader:
+    request = SandboxRequest(image, run_id=unit.run_id, task_id=unit.key, phase="grading")
+    async with provider.sandbox(request) as grader:
         return await grade_patch(grader, unit.instance, harness, patch, timeout=unit.grading_timeout)
+
+
+@contextlib.contextmanager
+def _state_dir() -> Iterator[Path]:
+    """A per-task host directory for the agent's own state, removed with the task."""
+    with tempfile.TemporaryDirectory(prefix="anyswe-agent-") as tmp:
+        os.chmod(tmp, 0o777)  # the image's user may not be root
+        yield Path(tmp)
 
 
 # -- the task -------------------------------------------------------------------------------------
@@ -154,10 +176,13 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
     try:
         provider, agent, harness = worker.provider(unit), worker.agent(unit), get_harness(unit.harness)
         image = await trace.timed("time_image", worker.images.image_for(provider, unit.image, unit.instance))
-        request = SandboxRequest(image, run_id=unit.run_id, task_id=unit.key)
-        sandbox = await trace.timed("time_sandbox_start", provider.start(request))
-        async with sandbox:
-            run, patch = await work(unit, agent, harness, sandbox, trace)
+        with _state_dir() as state_dir:
+            request = SandboxRequest(image, run_id=unit.run_id, task_id=unit.key, phase="agent")
+            # An agent may need more of its sandbox (its bundle, the gateway): building a bundle takes a while.
+            request = await asyncio.to_thread(agent.sandbox_request, request, model=unit.endpoint, state_dir=state_dir)
+            sandbox = await trace.timed("time_sandbox_start", provider.start(request))
+            async with sandbox:
+                run, patch = await work(unit, agent, harness, sandbox, trace, state_dir)
         verdict = await trace.timed("time_grading", grade(unit, provider, image, harness, patch))
     except InfraError as exc:
         trace.error_kind, trace.error = "infra", f"{type(exc).__name__}: {exc}"

@@ -95,7 +95,7 @@ class HttpUpstream:
         kwargs: dict[str, Any] = {
             "model": _PREFIX[self.spec.api] + self.spec.model,
             "messages": _openai_messages(conv),
-            "api_base": self.spec.base_url,
+            "api_base": self.spec.endpoint_url(),
             "api_key": self._key or "none",
             "num_retries": RETRIES,
             **self.spec.params,  # the spec's sampling parameters win over the agent's

@@ -180,3 +180,21 @@ def test_replay_predictions_are_checked_at_plan_time(tmp_path: Path) -> None:
     (tmp_path / "other.jsonl").write_text('{"instance_id": "django__django-1", "model_patch": "x"}\n')
     with pytest.raises(PlanError, match=r"predicts 1 instance\(s\) the dataset does not have: django__django-1"):
         make_plan(load_spec(spec_from(tmp_path, base=text.replace("PREDS", "other.jsonl"))))
+
+
+def test_the_verified_matrix_spec_plans_here(shared_swebench: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The matrix users run first: 4 agents x 2 models x 2 runtimes over all 500 instances, plus gold/noop."""
+    repo = Path(__file__).resolve().parents[2]
+    plan = make_plan(
+        load_spec(repo / "specs" / "verified_matrix.yaml", [f"dataset.path={shared_swebench}/verified.jsonl"])
+    )
+    cells = {(c.agent, c.model, c.provider) for c in plan.cells}
+    agents = {"hermes", "claude_code", "openclaw", "mini"}
+    assert {(a, m, p) for a, m, p in cells if a in agents} == {
+        (a, m, p) for a in agents for m in ("gpt-5.5", "opus-4.8") for p in ("docker", "apptainer")
+    }
+    assert len(plan.instances) == 500 and len(plan.tasks) == 20 * 500
+    models = plan.spec.models
+    assert all(m.params == {"temperature": 1.0, "top_p": 1.0} for m in models.values())
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    assert models["gpt-5.5"].endpoint_url() == "http://127.0.0.1:9/v1"  # read from the environment at run time

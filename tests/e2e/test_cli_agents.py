@@ -1,0 +1,269 @@
+"""Claude Code, OpenClaw and Hermes (pinned releases, from their bundles) inside the task containers,
+on docker and apptainer, through the model gateway with the scripted model: resolves on the
+SWE-bench-shaped image and on an older Debian base, a clear stop where a bundle cannot run, exit
+reasons for a turn cap, a dead endpoint and a budget, translation from an OpenAI-protocol upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from anyswe.experiment import Experiment
+from anyswe.gateway import Gateway, ScriptedModel
+
+pytestmark = pytest.mark.containers
+
+REPO = Path(__file__).resolve().parents[2]
+
+SPEC = """\
+name: cli-agents
+dataset: {name: demo-swebench, instance_ids: [demo__calc-1, demo__inventory-4]}
+agents:
+  claude: {type: claude-code, max_turns: 10}
+  openclaw: {type: openclaw, max_turns: 10}
+  hermes: {type: hermes, max_turns: 10}
+models:
+  scripted: {api: scripted, protocol: anthropic-messages}
+  scripted-chat: {api: scripted, protocol: openai-chat}
+providers:
+  docker: {type: docker, concurrency: 3}
+  apptainer: {type: apptainer, concurrency: 3, overlay_size_mb: 512}
+matrix:
+  agents: [claude]
+  models: [scripted]
+  include:
+    - {agent: openclaw, model: scripted-chat, provider: docker}
+    - {agent: openclaw, model: scripted-chat, provider: apptainer}
+    - {agent: openclaw, model: scripted, provider: docker}
+    - {agent: hermes, model: scripted-chat, provider: docker}
+    - {agent: hermes, model: scripted-chat, provider: apptainer}
+concurrency: 6
+timeouts: {agent: 240, grading: 300}
+"""
+AGENT_TYPES = {"claude": "claude-code", "openclaw": "openclaw", "hermes": "hermes"}
+#: What each agent keeps as its transcript.
+TRANSCRIPTS = {"claude": "agent-claude-code.jsonl", "openclaw": "agent-openclaw.json", "hermes": "agent-hermes.txt"}
+
+
+def experiment(tmp_path: Path, *overrides: str, spec: str = SPEC) -> Experiment:
+    path = tmp_path / "spec.yaml"
+    path.write_text(spec)
+    return Experiment.load(path, overrides=list(overrides), run_dir=tmp_path / "run")
+
+
+@pytest.fixture(scope="module")
+def agents_run(runtimes: None, tmp_path_factory: pytest.TempPathFactory) -> Experiment:
+    exp = experiment(tmp_path_factory.mktemp("cli-agents"))
+    summary = exp.run(progress=False)
+    assert summary.ran == 14 and summary.errors == 0, summary
+    return exp
+
+
+def test_resolve_swebench_shaped_tasks_on_both_runtimes(agents_run: Experiment) -> None:
+    df = agents_run.results()
+    assert {(a, p) for a, p in zip(df["agent"], df["provider"], strict=True)} == {
+        (agent, provider) for agent in AGENT_TYPES for provider in ("docker", "apptainer")
+    }
+    assert df["resolved"].all() and not df["mask_sample"].any(), df.filter(~pl.col("resolved"))
+    assert set(df["exit_reason"]) == {"submitted"}
+    # The fix, then the final answer: two calls and two turns, counted by the gateway and the agent.
+    assert (df["model_calls"] == 2).all() and (df["turns"] == 2).all() and (df["input_tokens"] > 0).all()
+
+
+def test_transcripts_and_trajectories_are_kept_and_patches_are_the_fix_alone(agents_run: Experiment) -> None:
+    for row in agents_run.results().iter_rows(named=True):
+        task_dir = agents_run.run_dir / "tasks" / row["key"]
+        transcript = (task_dir / TRANSCRIPTS[row["agent"]]).read_text()
+        if row["agent"] == "claude":
+            events = [json.loads(line) for line in transcript.splitlines()]
+            assert events[0]["type"] == "system" and events[-1]["type"] == "result", events[-1]
+        elif row["agent"] == "openclaw":
+            assert '"status": "ok"' in transcript or '"status":"ok"' in transcript, transcript[-500:]
+        else:
+            assert "I have made the change" in transcript, transcript[-500:]
+        calls = [json.loads(line) for line in (agents_run.run_dir / row["trajectory_path"]).read_text().splitlines()]
+        protocol = "openai-chat" if row["model"] == "scripted-chat" else "anthropic-messages"
+        assert {c["protocol"] for c in calls} == {protocol}
+        # Nothing of the agent's own state (.claude, .openclaw, .hermes, its config) in the captured patch.
+        assert row["model_patch"].startswith("diff --git"), row["model_patch"][:300]
+        assert not any(s in row["model_patch"] for s in (".claude", ".openclaw", ".hermes", "apiKey", "api_key"))
+
+
+def test_bundles_are_built_once_and_reused(agents_run: Experiment) -> None:
+    """The run above built (or found) each bundle; asking again builds nothing and gives the same directory."""
+    from anyswe.agents import agent_class
+    from anyswe.agents.bundles import ensure_bundle
+
+    for agent_type in AGENT_TYPES.values():
+        recipe = agent_class(agent_type).bundle  # type: ignore[attr-defined]
+        first = ensure_bundle(recipe)
+        stamp = (first / ".complete").stat().st_mtime_ns
+        assert ensure_bundle(recipe) == first and (first / ".complete").stat().st_mtime_ns == stamp
+        assert first.name == f"{recipe.name}-{recipe.key()}"  # content-addressed: the lock's hash
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "openclaw", "hermes"])
+def test_turn_cap_dead_endpoint_and_budget_end_in_their_exit_reasons(
+    runtimes: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: str
+) -> None:
+    with socket.socket() as s:  # a port on this machine with nothing listening: a dead endpoint
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+    protocol = "anthropic-messages" if agent == "claude-code" else "openai-chat"
+    base = f"http://127.0.0.1:{dead_port}" + ("" if agent == "claude-code" else "/v1")
+    exp = experiment(
+        tmp_path,
+        "dataset.instance_ids=[demo__calc-1]",
+        f"agents.capped={{type: {agent}, max_turns: 1}}",
+        f"agents.free={{type: {agent}}}",
+        f"models.endless={{api: scripted, protocol: {protocol}, misbehave: never_submits}}",
+        f"models.dead={{api: {protocol}, model: m, base_url: '{base}', api_key_env: ANYSWE_TEST_DEAD_KEY}}",
+        f"models.budgeted={{api: scripted, protocol: {protocol}, budget: {{calls: 1}}}}",
+        "matrix.agents=[capped]",
+        "matrix.models=[endless]",
+        "matrix.providers=[docker]",
+        "matrix.include=[{agent: free, model: dead, provider: docker}, "
+        "{agent: free, model: budgeted, provider: docker}]",
+        "timeouts.agent=120",
+    )
+    monkeypatch.setenv("ANYSWE_TEST_DEAD_KEY", "sk-never-used")
+    exp.run(progress=False)
+    rows = {r["model"]: r for r in exp.results().iter_rows(named=True)}
+    assert rows["endless"]["exit_reason"] == "max_iterations" and not rows["endless"]["resolved"], rows["endless"]
+    assert rows["dead"]["exit_reason"] == "error" and rows["dead"]["model_calls"] == 0, rows["dead"]
+    budgeted = rows["budgeted"]
+    # The fix in its one call, then refused: a resolve after a forced stop is masked.
+    assert (budgeted["exit_reason"], budgeted["resolved"], budgeted["mask_sample"]) == ("budget", True, True)
+
+
+def test_an_older_base_runs_every_agent_and_a_missing_library_stops_one_clearly(
+    runtimes: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bundles built on Debian 12 run on Debian 11 (glibc 2.31); an image without libstdc++ stops
+    OpenClaw (node needs it) before it starts, naming the library, while the others still run."""
+    from python_on_whales import docker
+
+    broken = f"anyswe-test/no-libstdcxx:{uuid.uuid4().hex[:8]}"
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(
+        "FROM anyswe/base:bookworm\nRUN rm -f /usr/lib/x86_64-linux-gnu/libstdc++.so.6*\n"
+    )
+    docker.legacy_build(tmp_path / "ctx", tags=[broken], quiet=True)
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    everyone = [
+        "dataset={name: demo, instance_ids: [demo__calc-1]}",
+        "matrix={agents: [claude, openclaw, hermes], models: [scripted-chat], providers: [docker]}",
+        "models.scripted-chat={api: scripted, protocol: anthropic-messages}",
+    ]
+    try:
+        for base, run in (("anyswe/base:bullseye", "bullseye"), (broken, "broken")):
+            monkeypatch.setenv("ANYSWE_BASE_IMAGE", base)
+            exp = Experiment.load(tmp_path / "spec.yaml", overrides=everyone, run_dir=tmp_path / run)
+            exp.run(progress=False)
+            rows = {r["agent"]: r for r in exp.results().iter_rows(named=True)}
+            if run == "bullseye":
+                assert all(r["resolved"] for r in rows.values()), rows
+            else:
+                assert rows["claude"]["resolved"] and rows["hermes"]["resolved"], rows
+                stopped = rows["openclaw"]
+                assert stopped["error_kind"] == "agent" and stopped["model_calls"] == 0, stopped
+                assert "openclaw cannot run in image" in stopped["error"] and "libstdc++" in stopped["error"]
+    finally:
+        docker.image.remove(broken, force=True)
+
+
+@pytest.fixture
+def openai_upstream() -> Iterator[tuple[str, str]]:
+    """Another model provider on this machine that speaks OpenAI Chat Completions (an anyswe gateway
+    serving the scripted steps of demo__calc-1), with a sentinel key: (base URL, key)."""
+    steps = json.loads((REPO / "specs" / "demo-scripts" / "demo__calc-1.json").read_text())["steps"]
+    key = f"sk-anyswe-sentinel-{uuid.uuid4().hex}"
+    loop = asyncio.new_event_loop()
+    ready: dict[str, str] = {}
+    started, stop = threading.Event(), asyncio.Event()
+
+    async def serve() -> None:
+        async with Gateway() as gw:
+            await gw.start()
+            gw.grant("upstream", "gpt-x", ScriptedModel(steps), token=key)
+            ready["url"] = gw.url() + "/v1"
+            started.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    assert started.wait(30)
+    try:
+        yield ready["url"], key
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
+
+
+def _processes() -> tuple[list[str], list[str]]:
+    """The command line of every process, and the environment of every agent process inside a
+    container (another mount namespace than this one): where a key must never be."""
+    own_ns = os.readlink("/proc/self/ns/mnt")
+    cmdlines, environs = [], []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            cmdlines.append(cmdline.decode(errors="replace"))
+            if b"/opt/anyswe-agent" in cmdline and os.readlink(proc / "ns" / "mnt") != own_ns:
+                environs.append((proc / "environ").read_bytes().decode(errors="replace"))
+        except OSError:
+            continue
+    return cmdlines, environs
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "openclaw", "hermes"])
+def test_an_openai_protocol_model_through_translation_and_its_key_stays_on_the_host(
+    runtimes: None, tmp_path: Path, openai_upstream: tuple[str, str], monkeypatch: pytest.MonkeyPatch, agent: str
+) -> None:
+    """Claude Code speaks only Anthropic Messages: the gateway translates to the OpenAI-protocol model.
+    The model's key is in no agent process's command line or environment and no file of the run."""
+    url, key = openai_upstream
+    monkeypatch.setenv("ANYSWE_TEST_UPSTREAM_KEY", key)
+    exp = experiment(
+        tmp_path,
+        "dataset.instance_ids=[demo__calc-1]",
+        f"agents.a={{type: {agent}}}",
+        f"models.gpt={{api: openai-chat, model: gpt-x, base_url: '{url}', api_key_env: ANYSWE_TEST_UPSTREAM_KEY}}",
+        "matrix={agents: [a], models: [gpt], providers: [docker]}",
+    )
+    cmdlines: list[str] = []
+    environs: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen_cmdlines, seen_environs = _processes()
+            cmdlines.extend(seen_cmdlines)
+            environs.extend(seen_environs)
+            done.wait(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        exp.run(progress=False)
+    finally:
+        done.set()
+        watcher.join(10)
+    row = exp.results().row(0, named=True)
+    assert row["resolved"] and row["exit_reason"] == "submitted", row
+    calls = [json.loads(line) for line in (exp.run_dir / row["trajectory_path"]).read_text().splitlines()]
+    spoken = {"claude-code": "anthropic-messages"}.get(agent, "openai-chat")
+    assert {c["protocol"] for c in calls} == {spoken}  # what the agent spoke; the upstream: OpenAI
+    assert any("anyswe-agent/tmp" in env for env in environs), "no agent environment was seen"
+    assert key not in "".join(cmdlines) and key not in "".join(environs)
+    for path in exp.run_dir.rglob("*"):
+        assert not path.is_file() or key.encode() not in path.read_bytes(), path
