@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import GradingError, InfraError
+from anyswe.execute.seal import seal_repository
 from anyswe.execute.unit import TaskOutput
 from anyswe.grading import get_harness
 from anyswe.grading.ladder import empty_patch_verdict, grade_patch
@@ -132,6 +133,9 @@ async def work(
         state_dir=state_dir,
         log_lines=trace.log_lines,
     )
+    found = await seal_repository(sandbox, harness.workdir, unit.instance.base_commit)
+    if found != "sealed":
+        trace.log_lines.append(f"repository before the agent: {found}")
     run = await trace.timed("time_agent", run_agent(agent, ctx, unit.agent_timeout))
     # A sandbox killed under the agent makes its failure (or its submission) no result of its own.
     await sandbox.check_alive("the agent's work", settle=2 if run.error or run.timed_out else 0)

@@ -89,3 +89,49 @@ def test_agent_cannot_reach_answers_or_secrets(runtimes: None, tmp_path: Path, m
         assert "sk-host-secret" not in probe["env"]
         assert "unreachable" not in probe["fsck"] and "dangling" not in probe["fsck"], probe["fsck"]
         assert probe["objects"] == probe["reachable"] > 0  # every stored object belongs to the base commit
+
+
+def test_an_image_with_the_repositorys_future_is_sealed_before_the_agent(runtimes: None, tmp_path: Path) -> None:
+    """An image made otherwise than swebench 4.x makes them (a later commit on a branch, a tag, a
+    reflog, an unreachable blob with the fix): the agent's sandbox holds none of it, the grade holds."""
+    import asyncio
+    import uuid
+
+    from python_on_whales import docker
+
+    from anyswe.config import base_image
+    from anyswe.datasets import demo
+    from anyswe.images.build import build_docker_image
+
+    dockerfile, tag = demo.build_context("demo__inventory-4", base_image())
+    asyncio.run(build_docker_image(dockerfile, tag))
+    leaky = f"anyswe-test/future:{uuid.uuid4().hex[:8]}"
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(
+        f"FROM {tag}\n"
+        "RUN cd /testbed && git -c user.name=f -c user.email=f@f checkout -q -b future"
+        " && echo 'class Inventory: in stock' > leak.py && git add leak.py"
+        " && git -c user.name=f -c user.email=f@f commit -q -m future && git tag v9 && git checkout -q main"
+        " && echo 'test_stock_never_negative' | git hash-object -w --stdin\n"
+    )
+    docker.legacy_build(tmp_path / "ctx", tags=[leaky], quiet=True)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: sealed\ndataset: {name: demo, instance_ids: [demo__inventory-4]}\n"
+        "agents:\n  p: {type: probe}\n  g: {type: gold}\n"
+        f"providers:\n  docker: {{type: docker, image: '{leaky}'}}\n"
+    )
+    try:
+        exp = Experiment.load(spec, run_dir=tmp_path / "run")
+        exp.run(progress=False)
+        rows = {r["agent"]: r for r in exp.results().iter_rows(named=True)}
+        assert rows["g"]["resolved"] and rows["p"]["error_kind"] is None, rows
+        log = (exp.run_dir / "tasks" / rows["p"]["key"] / "agent.log").read_text().strip().splitlines()
+        assert "repository before the agent: cleaned" in log
+        probe = json.loads(log[-1])
+        base = load_dataset("demo").by_id()["demo__inventory-4"].base_commit
+        assert probe["commits"] == [base]
+        assert "unreachable" not in probe["fsck"] and probe["objects"] == probe["reachable"]
+        assert probe["found"]["test_stock_never_negative"] == []
+    finally:
+        docker.image.remove(leaky, force=True)
