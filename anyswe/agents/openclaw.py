@@ -22,6 +22,7 @@ from pydantic import ConfigDict, Field
 from anyswe.agents.base import AgentConfig, AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleError, BundleRecipe, npm_ci
 from anyswe.agents.cli import CliAgent, private_file
+from anyswe.model import Protocol
 
 if TYPE_CHECKING:
     from anyswe.sandbox import ExecResult
@@ -69,6 +70,11 @@ class OpenClawConfig(AgentConfig):
 
     type: Literal["openclaw"] = "openclaw"
     max_turns: int = Field(default=100, ge=1, description="Model calls before the gateway stops the agent.")
+    protocol: Protocol | None = Field(
+        default=None,
+        description="What OpenClaw speaks to the gateway (default: the model's own protocol); the gateway "
+        "translates to the model's.",
+    )
     extra_args: list[str] = Field(default_factory=list, description="More flags for `openclaw agent exec`.")
     prompt: str = Field(
         default="{problem_statement}\n\nThe repository is checked out in {workdir}. Fix the issue by editing "
@@ -100,10 +106,11 @@ class OpenClawAgent(CliAgent):
     def environment(self, ctx: AgentContext, token: str) -> dict[str, str]:
         assert ctx.model is not None and ctx.state_dir is not None
         # The config holds the task's token: in the task's state directory, readable by its owner only.
+        protocol = self.config.protocol or ctx.model.api
         provider = {
-            "baseUrl": self.base_url + ("" if ctx.model.api == "anthropic-messages" else "/v1"),
+            "baseUrl": self.base_url + ("" if protocol == "anthropic-messages" else "/v1"),
             "apiKey": token,
-            "api": _API[ctx.model.api],
+            "api": _API[protocol],
             "models": [{"id": "model", "name": ctx.model.model}],
         }
         config = {

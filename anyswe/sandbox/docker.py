@@ -211,8 +211,17 @@ class DockerProvider(SandboxProvider[DockerConfig]):
     async def sandboxes(self) -> dict[str, dict[str, str] | None]:
         """Every anyswe container on this host, running or not, with its labels."""
 
+        from python_on_whales.exceptions import NoSuchContainer
+
         def _list() -> dict[str, dict[str, str] | None]:
             containers = self._docker.container.list(all=True, filters=[("label", f"{LABEL_MANAGED}=1")])
             return {c.name: dict(c.config.labels or {}) for c in containers}
 
+        # The listing inspects each container it found: one removed in between (by another run, a
+        # gc) makes it fail, and a new listing does not have it.
+        for _ in range(4):
+            try:
+                return await asyncio.to_thread(_list)
+            except NoSuchContainer:
+                await asyncio.sleep(0.1)
         return await asyncio.to_thread(_list)

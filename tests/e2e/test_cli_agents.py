@@ -182,9 +182,9 @@ def test_an_older_base_runs_every_agent_and_a_missing_library_stops_one_clearly(
 
 
 @pytest.fixture
-def openai_upstream() -> Iterator[tuple[str, str]]:
-    """Another model provider on this machine that speaks OpenAI Chat Completions (an anyswe gateway
-    serving the scripted steps of demo__calc-1), with a sentinel key: (base URL, key)."""
+def upstream() -> Iterator[tuple[str, str]]:
+    """Another model provider on this machine (an anyswe gateway serving the scripted steps of
+    demo__calc-1 in every protocol), with a sentinel key: (base URL, key)."""
     steps = json.loads((REPO / "specs" / "demo-scripts" / "demo__calc-1.json").read_text())["steps"]
     key = f"sk-anyswe-sentinel-{uuid.uuid4().hex}"
     loop = asyncio.new_event_loop()
@@ -194,8 +194,8 @@ def openai_upstream() -> Iterator[tuple[str, str]]:
     async def serve() -> None:
         async with Gateway() as gw:
             await gw.start()
-            gw.grant("upstream", "gpt-x", ScriptedModel(steps), token=key)
-            ready["url"] = gw.url() + "/v1"
+            gw.grant("upstream", "model-x", ScriptedModel(steps), token=key)
+            ready["url"] = gw.url()
             started.set()
             await stop.wait()
 
@@ -207,6 +207,14 @@ def openai_upstream() -> Iterator[tuple[str, str]]:
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(30)
+
+
+#: agent type -> (the protocol it speaks to the gateway, the upstream model's protocol): never the same.
+TRANSLATIONS = {
+    "claude-code": ("anthropic-messages", "openai-chat"),
+    "openclaw": ("openai-chat", "anthropic-messages"),
+    "hermes": ("openai-chat", "anthropic-messages"),
+}
 
 
 def _processes() -> tuple[list[str], list[str]]:
@@ -225,20 +233,24 @@ def _processes() -> tuple[list[str], list[str]]:
     return cmdlines, environs
 
 
-@pytest.mark.parametrize("agent", ["claude-code", "openclaw", "hermes"])
-def test_an_openai_protocol_model_through_translation_and_its_key_stays_on_the_host(
-    runtimes: None, tmp_path: Path, openai_upstream: tuple[str, str], monkeypatch: pytest.MonkeyPatch, agent: str
+@pytest.mark.parametrize("agent", list(TRANSLATIONS))
+def test_a_model_in_another_protocol_through_translation_and_its_key_stays_on_the_host(
+    runtimes: None, tmp_path: Path, upstream: tuple[str, str], monkeypatch: pytest.MonkeyPatch, agent: str
 ) -> None:
-    """Claude Code speaks only Anthropic Messages: the gateway translates to the OpenAI-protocol model.
-    The model's key is in no agent process's command line or environment and no file of the run."""
-    url, key = openai_upstream
+    """Each agent with a model speaking another protocol than the agent's (Claude Code, which speaks
+    only Anthropic Messages, with an OpenAI-protocol model): the gateway translates. The model's key
+    is in no process's command line, no agent process's environment and no file of the run."""
+    url, key = upstream
+    spoken, model_api = TRANSLATIONS[agent]
     monkeypatch.setenv("ANYSWE_TEST_UPSTREAM_KEY", key)
+    base = url + ("/v1" if model_api != "anthropic-messages" else "")
+    agent_block = f"{{type: {agent}, protocol: {spoken}}}" if agent == "openclaw" else f"{{type: {agent}}}"
     exp = experiment(
         tmp_path,
         "dataset.instance_ids=[demo__calc-1]",
-        f"agents.a={{type: {agent}}}",
-        f"models.gpt={{api: openai-chat, model: gpt-x, base_url: '{url}', api_key_env: ANYSWE_TEST_UPSTREAM_KEY}}",
-        "matrix={agents: [a], models: [gpt], providers: [docker]}",
+        f"agents.a={agent_block}",
+        f"models.m={{api: {model_api}, model: model-x, base_url: '{base}', api_key_env: ANYSWE_TEST_UPSTREAM_KEY}}",
+        "matrix={agents: [a], models: [m], providers: [docker]}",
     )
     cmdlines: list[str] = []
     environs: list[str] = []
@@ -261,8 +273,7 @@ def test_an_openai_protocol_model_through_translation_and_its_key_stays_on_the_h
     row = exp.results().row(0, named=True)
     assert row["resolved"] and row["exit_reason"] == "submitted", row
     calls = [json.loads(line) for line in (exp.run_dir / row["trajectory_path"]).read_text().splitlines()]
-    spoken = {"claude-code": "anthropic-messages"}.get(agent, "openai-chat")
-    assert {c["protocol"] for c in calls} == {spoken}  # what the agent spoke; the upstream: OpenAI
+    assert {c["protocol"] for c in calls} == {spoken}  # what the agent spoke; the upstream spoke model_api
     assert any("anyswe-agent/tmp" in env for env in environs), "no agent environment was seen"
     assert key not in "".join(cmdlines) and key not in "".join(environs)
     for path in exp.run_dir.rglob("*"):
