@@ -121,8 +121,14 @@ def settle(output: TaskOutput, used: Grant, task_dir: Path, model: ModelSpec | N
         update["cost_usd"] = model.prices.cost(*vars(used.usage).values())
     if (task_dir / TRAJECTORY).is_file():
         update["trajectory_path"] = f"tasks/{task_dir.name}/{TRAJECTORY}"
+    gave_up = output.result.exit_reason in (ExitReason.ERROR, ExitReason.TIMEOUT)
     if used.unrecorded is not None and output.result.error_kind is None:
         update.update(error_kind="infra", error=used.unrecorded, mask_sample=True, resolved=False, reward=0.0)
+    elif used.unavailable is not None and gave_up and output.result.error_kind is None:
+        # The model could not be reached (a dead endpoint, an outage): the sample says nothing about
+        # the agent; run it again (in the apply's retries, and by the next apply).
+        error = f"the model's upstream failed ({used.upstream_errors} calls; last {used.unavailable})"
+        update.update(error_kind="infra", error=error, mask_sample=True, resolved=False, reward=0.0)
     elif used.failed is not None and output.result.error_kind is None:
         update.update(error_kind="agent", error=used.failed, exit_reason=ExitReason.ERROR)
     elif used.exhausted is not None and output.result.error_kind is None:

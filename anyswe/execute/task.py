@@ -109,7 +109,9 @@ async def capture_patch(sandbox: Sandbox[Any], workdir: str, base_commit: str, e
 async def run_agent(agent: Agent, ctx: AgentContext, timeout: float) -> AgentRun:
     """The agent phase: its own failures are recorded (its work is still graded); infra errors propagate."""
     try:
-        return AgentRun(await asyncio.wait_for(agent.run(ctx), timeout))
+        outcome = await asyncio.wait_for(agent.run(ctx), timeout)
+        # An agent stopped at its deadline inside the sandbox timed out as surely as one the host stopped.
+        return AgentRun(outcome, timed_out=outcome.exit_reason == ExitReason.TIMEOUT)
     except TimeoutError:
         return AgentRun(AgentOutcome(exit_reason=ExitReason.TIMEOUT), timed_out=True)
     except InfraError:

@@ -85,6 +85,8 @@ class Grant:
     failed: str | None = None
     #: Calls the upstream failed (rate limits, server errors) that the agent may have retried.
     upstream_errors: int = 0
+    #: The last failure that says the model was unreachable (a connection, a 5xx, a 429), if any.
+    unavailable: str | None = None
     #: Why a call could not be recorded (the host's disk): the task's trajectory is incomplete.
     unrecorded: str | None = None
     active: bool = True
@@ -260,6 +262,8 @@ class Gateway:
             return self._error(protocol, 401, f"anyswe: {exc}", "authentication_error")
         except UpstreamError as exc:
             grant.upstream_errors += 1
+            if exc.status >= 500 or exc.status == 429:
+                grant.unavailable = f"{exc.status}: {str(exc)[:300]}"
             return self._upstream_error(protocol, exc)
         self._account(grant, protocol, body, conv, reply, time.monotonic() - start)
         if not conv.stream:

@@ -74,13 +74,23 @@ def _env(session: str) -> dict[str, str]:
 
 
 def start_apply(spec: Path, out: Path, session: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "anyswe", "apply", str(spec), "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=_env(session),
-        start_new_session=True,  # signals go to the orchestrator's group, as a terminal or a scheduler sends them
-    )
+    # Output to a file beside the spec, not a pipe nobody reads while waiting (a full pipe blocks the child).
+    log = open(spec.parent / "apply.log", "ab")  # noqa: SIM115 - the child holds it; closed when it exits
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "anyswe", "apply", str(spec), "--out", str(out)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_env(session),
+            start_new_session=True,  # signals go to the orchestrator's group, as a terminal or a scheduler does
+        )
+    finally:
+        log.close()
+
+
+def apply_output(spec: Path) -> str:
+    path = spec.parent / "apply.log"
+    return path.read_text(errors="replace") if path.is_file() else ""
 
 
 def finish(spec: Path, out: Path, session: str, figures: Figures, limit: int = 4) -> None:
@@ -200,7 +210,8 @@ def sandbox_faults(tmp: Path, provider: str, instances: list[str] = INSTANCES) -
             time.sleep(1)  # well into the phase
             strike(provider, target, how)
             figures.faults += 1
-        proc.wait(timeout=900)
+        if proc.wait(timeout=900) not in (0, 1):
+            figures.notes.append(f"apply exit {proc.returncode}: {apply_output(spec)[-1500:]}")
     finally:
         proc.kill()
     finish(spec, out, session, figures)
@@ -255,7 +266,8 @@ def full_disk(tmp: Path, provider: str = "docker") -> Figures:
     figures = Figures("run directory's disk full mid-run", provider)
     try:
         proc = start_apply(spec, out, session)
-        output, _ = proc.communicate(timeout=900)
+        proc.wait(timeout=900)
+        output = apply_output(spec).encode()
         if b"No space left on device" in output:
             figures.faults += 1
         else:

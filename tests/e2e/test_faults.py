@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -29,37 +28,24 @@ concurrency: 1
 """
 
 
-def eval_running() -> bool:
-    """Whether an eval script runs now (processes in containers and instances are visible from the host)."""
-    r = subprocess.run(["pgrep", "-f", "/bin/bash /eval.sh"], capture_output=True)
-    return r.returncode == 0
+def grader_running_eval(provider: str) -> str | None:
+    """This session's grading sandbox, once its eval script runs (looked for inside the sandbox, so
+    another session's evals on the same machine do not count)."""
+    from faultkit import sandboxes
+
+    for name in sandboxes(provider, os.environ["ANYSWE_SESSION"], "grading"):
+        inside = ["docker", "exec", name] if provider == "docker" else ["apptainer", "exec", f"instance://{name}"]
+        if subprocess.run([*inside, "pgrep", "-f", "/bin/bash /eval.sh"], capture_output=True).returncode == 0:
+            return name
+    return None
 
 
-def strike(how: str) -> None:
-    """Kill, stop or remove the one running sandbox of this test session, as an OOM killer or an operator would."""
-    session = os.environ["ANYSWE_SESSION"]
-    if how.startswith("docker"):
-        label = f"label=anyswe.session={session}"
-        ids = subprocess.run(
-            ["docker", "ps", "-q", "--filter", label], capture_output=True, text=True, check=True
-        ).stdout.split()
-        assert len(ids) == 1, ids
-        subprocess.run(["docker", how.removeprefix("docker-"), ids[0]], capture_output=True, check=True)
-        return
-    listing = json.loads(
-        subprocess.run(["apptainer", "instance", "list", "--json"], capture_output=True, text=True, check=True).stdout
-    )
-    names = [i["instance"] for i in listing["instances"] if i["instance"].startswith("anyswe-")]
-    mine = [n for n in names if session in _apptainer_labels(n)]
-    assert len(mine) == 1, names
-    subprocess.run(["apptainer", "instance", "stop", "--force", mine[0]], capture_output=True, check=True)
-
-
-def _apptainer_labels(name: str) -> str:
-    from anyswe.sandbox import get_provider
-
-    labels_file = get_provider("apptainer").config.state_dir / name / "labels.json"
-    return labels_file.read_text() if labels_file.is_file() else ""
+def strike(provider: str, name: str, how: str) -> None:
+    """Kill or stop the sandbox, as the OOM killer, a preemption or an operator would."""
+    if provider == "docker":
+        subprocess.run(["docker", how.removeprefix("docker-"), name], capture_output=True, check=True)
+    else:
+        subprocess.run(["apptainer", "instance", "stop", "--force", name], capture_output=True, check=True)
 
 
 @pytest.mark.parametrize(
@@ -69,22 +55,22 @@ def _apptainer_labels(name: str) -> str:
 def test_sandbox_killed_during_the_tests(runtimes: None, tmp_path: Path, provider: str, how: str) -> None:
     spec, out = tmp_path / "spec.yaml", tmp_path / "run"
     spec.write_text(SPEC.format(provider=provider))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "anyswe", "apply", str(spec), "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    log = tmp_path / "apply.log"
+    with open(log, "wb") as sink:  # a file, not a pipe nobody reads while the test polls
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "anyswe", "apply", str(spec), "--out", str(out)], stdout=sink, stderr=sink
+        )
     try:
         deadline = time.monotonic() + 300
-        while not eval_running():
+        while (grader := grader_running_eval(provider)) is None:
             assert proc.poll() is None and time.monotonic() < deadline, "the eval script never started"
-            time.sleep(0.1)
+            time.sleep(0.2)
         time.sleep(1)  # the suite is under way
-        strike(how)
-        output, _ = proc.communicate(timeout=300)
+        strike(provider, grader, how)
+        proc.wait(timeout=300)
     finally:
         proc.kill()
-    assert proc.returncode == 0, output.decode()
+    assert proc.returncode == 0, log.read_text()
     first, second = read_rows(out / "results.jsonl")
     # The cut-short run is no verdict: an infra error naming the cause, masked.
     assert first["error_kind"] == "infra" and first["mask_sample"] and not first["resolved"], first
