@@ -156,12 +156,15 @@ def test_an_older_base_runs_every_agent_and_a_missing_library_stops_one_clearly(
     OpenClaw (node needs it) before it starts, naming the library, while the others still run."""
     from python_on_whales import docker
 
+    from anyswe.images.build import build_docker_image
+
     broken = f"anyswe-test/no-libstdcxx:{uuid.uuid4().hex[:8]}"
     (tmp_path / "ctx").mkdir()
     (tmp_path / "ctx" / "Dockerfile").write_text(
         "FROM anyswe/base:bookworm\nRUN rm -f /usr/lib/x86_64-linux-gnu/libstdc++.so.6*\n"
     )
-    docker.legacy_build(tmp_path / "ctx", tags=[broken], quiet=True)
+    # anyswe's own build (--force-rm): a failed step leaves no container behind.
+    asyncio.run(build_docker_image(tmp_path / "ctx" / "Dockerfile", broken))
     (tmp_path / "spec.yaml").write_text(SPEC)
     everyone = [
         "dataset={name: demo, instance_ids: [demo__calc-1]}",

@@ -114,7 +114,8 @@ def test_an_image_with_the_repositorys_future_is_sealed_before_the_agent(runtime
         " && git -c user.name=f -c user.email=f@f commit -q -m future && git tag v9 && git checkout -q main"
         " && echo 'test_stock_never_negative' | git hash-object -w --stdin\n"
     )
-    docker.legacy_build(tmp_path / "ctx", tags=[leaky], quiet=True)
+    # anyswe's own build (--force-rm): a failed step leaves no container behind.
+    asyncio.run(build_docker_image(tmp_path / "ctx" / "Dockerfile", leaky))
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         "name: sealed\ndataset: {name: demo, instance_ids: [demo__inventory-4]}\n"
