@@ -101,7 +101,7 @@ class Spec(_Strict):
     output_dir: Path | None = Field(default=None, description="Run directory; default runs/<name>.")
 
     @model_validator(mode="after")
-    def _matrix_names(self) -> Spec:
+    def _matrix_declared(self) -> Spec:
         problems = [
             _undeclared(field_name, name, getattr(self, field_name))
             for field_name, _, name in _matrix_names(self.matrix.model_dump())

@@ -14,11 +14,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
-from anyswe.agents.base import AgentConfig, AgentContext, AgentOutcome, AgentUsage, ExitReason
+from anyswe.agents.base import AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleRecipe, copy_file, npm_ci
-from anyswe.agents.cli import CliAgent, json_lines
+from anyswe.agents.cli import CliAgent, CliAgentConfig, json_lines
 
 if TYPE_CHECKING:
     from anyswe.sandbox import ExecResult
@@ -34,24 +34,15 @@ def _build(lock: Path, work: Path, out: Path) -> None:
 BUNDLE = BundleRecipe(name="claude-code", lock="claude-code", build=_build, check=("bin/claude", "--version"))
 
 
-class ClaudeCodeConfig(AgentConfig):
+class ClaudeCodeConfig(CliAgentConfig):
     """The ``agents.<name>`` block of a spec with ``type: claude-code``."""
 
-    model_config = ConfigDict(extra="forbid")
-
     type: Literal["claude-code"] = "claude-code"
-    max_turns: int = Field(default=100, ge=1, description="Claude Code's own turn cap (--max-turns).")
     max_retries: int = Field(
         default=2,
         ge=0,
         description="Claude Code's own retries of a failed API call (CLAUDE_CODE_MAX_RETRIES; its default, 10, "
         "compounds with the gateway's three and keeps a dead endpoint busy for minutes).",
-    )
-    extra_args: list[str] = Field(default_factory=list, description="More command-line flags for `claude`.")
-    prompt: str = Field(
-        default="{problem_statement}\n\nThe repository is checked out in {workdir}. Fix the issue by editing "
-        "the source; do not change the tests.",
-        description="The task given to `claude -p` ({problem_statement}, {workdir}).",
     )
 
 
@@ -64,16 +55,14 @@ class ClaudeCodeAgent(CliAgent):
 
     def command(self, ctx: AgentContext) -> list[str]:
         assert ctx.model is not None
-        task = self.config.prompt.format(problem_statement=ctx.task.problem_statement, workdir=ctx.workdir)
-        turns = str(ctx.max_turns or self.config.max_turns)
         return [
             f"{BUNDLE_DIR}/bin/claude",
-            *("-p", task, "--model", ctx.model.model, "--output-format", "stream-json", "--verbose"),
-            *("--dangerously-skip-permissions", "--max-turns", turns),
+            *("-p", self.task(ctx), "--model", ctx.model.model, "--output-format", "stream-json", "--verbose"),
+            *("--dangerously-skip-permissions", "--max-turns", self.turns(ctx)),
             *self.config.extra_args,
         ]
 
-    def environment(self, ctx: AgentContext, token: str) -> dict[str, str]:
+    def configure(self, ctx: AgentContext, token: str) -> dict[str, str]:
         assert ctx.model is not None
         return {
             "ANTHROPIC_BASE_URL": self.base_url,

@@ -16,7 +16,9 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from anyswe.agents.base import Agent, AgentContext, AgentOutcome, ExitReason
+from pydantic import ConfigDict, Field
+
+from anyswe.agents.base import Agent, AgentConfig, AgentContext, AgentOutcome, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleRecipe, ensure_bundle
 from anyswe.errors import AgentError
 
@@ -30,10 +32,32 @@ GATEWAY_PORT = 8765
 _GRACE_SECONDS = 10.0
 
 
+class CliAgentConfig(AgentConfig):
+    """What every in-sandbox agent's config has; each agent's own class adds its settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(default=100, ge=1, description="Model turns before the agent is stopped.")
+    extra_args: list[str] = Field(default_factory=list, description="More command-line flags for the agent.")
+    prompt: str = Field(
+        default="{problem_statement}\n\nThe repository is checked out in {workdir}. Fix the issue by editing "
+        "the source; do not change the tests.",
+        description="The task given to the agent ({problem_statement}, {workdir}).",
+    )
+
+
 class CliAgent(Agent):
     """An agent that is a program run in the task's sandbox from a bundle, through the model gateway."""
 
     bundle: ClassVar[BundleRecipe]
+    config: CliAgentConfig
+
+    def task(self, ctx: AgentContext) -> str:
+        """The prompt, filled in for this task."""
+        return self.config.prompt.format(problem_statement=ctx.task.problem_statement, workdir=ctx.workdir)
+
+    def turns(self, ctx: AgentContext) -> str:
+        return str(ctx.max_turns or self.config.max_turns)
 
     def prepare(self) -> Path:
         """Build (once) and return the agent's bundle on the host."""
@@ -62,11 +86,12 @@ class CliAgent(Agent):
 
     @abstractmethod
     def command(self, ctx: AgentContext) -> list[str]:
-        """The agent's command line (no secret: the token travels in :meth:`environment`)."""
+        """The agent's command line (no secret: the token travels in :meth:`configure`)."""
 
     @abstractmethod
-    def environment(self, ctx: AgentContext, token: str) -> dict[str, str]:
-        """The agent's environment: where the gateway is, the task's token, its state directories."""
+    def configure(self, ctx: AgentContext, token: str) -> dict[str, str]:
+        """Write the agent's config files (if any) into the task's state directory; its environment
+        (where the gateway is, the task's token unless a config file holds it, its state directories)."""
 
     @abstractmethod
     def outcome(self, ctx: AgentContext, result: ExecResult, state_dir: Path) -> AgentOutcome:
@@ -94,7 +119,7 @@ class CliAgent(Agent):
             raise AgentError(f"{self.name} needs a model endpoint with a token and a state directory")
         await ctx.sandbox.exec(["mkdir", "-p", f"{STATE_DIR}/home", f"{STATE_DIR}/tmp"], timeout=60)
         await self.preflight(ctx)
-        env = {**self._home_env(), **self.environment(ctx, ctx.model.token)}
+        env = {**self._home_env(), **self.configure(ctx, ctx.model.token)}
         timeout = max(ctx.timeout - _GRACE_SECONDS, 1.0)
         result = await ctx.sandbox.exec(self.command(ctx), env=env, workdir=ctx.workdir, timeout=timeout)
         ctx.log(f"{self.name} exited {result.exit_code}{' (timed out)' if result.timed_out else ''}")

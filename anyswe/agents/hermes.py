@@ -18,9 +18,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
-from anyswe.agents.base import AgentConfig, AgentContext, AgentOutcome, ExitReason
+from anyswe.agents.base import AgentContext, AgentOutcome, ExitReason
 from anyswe.agents.bundles import (
     BUNDLE_DIR,
     STATE_DIR,
@@ -29,7 +29,7 @@ from anyswe.agents.bundles import (
     pip_install,
     python_runtime,
 )
-from anyswe.agents.cli import CliAgent, private_file
+from anyswe.agents.cli import CliAgent, CliAgentConfig, private_file
 
 if TYPE_CHECKING:
     from anyswe.sandbox import ExecResult
@@ -71,21 +71,12 @@ def _build(lock: Path, work: Path, out: Path) -> None:
 BUNDLE = BundleRecipe(name="hermes", lock="hermes", build=_build, check=("bin/hermes", "--version"))
 
 
-class HermesConfig(AgentConfig):
+class HermesConfig(CliAgentConfig):
     """The ``agents.<name>`` block of a spec with ``type: hermes``."""
 
-    model_config = ConfigDict(extra="forbid")
-
     type: Literal["hermes"] = "hermes"
-    max_turns: int = Field(default=100, ge=1, description="Hermes's own turn cap (--max-turns).")
     toolsets: str = Field(default="terminal,file", description="Hermes toolsets (-t).")
     context_length: int = Field(default=200_000, ge=1024, description="The model's context (no probing).")
-    extra_args: list[str] = Field(default_factory=list, description="More flags for `hermes chat`.")
-    prompt: str = Field(
-        default="{problem_statement}\n\nThe repository is checked out in {workdir}. Fix the issue by editing "
-        "the source; do not change the tests.",
-        description="The task ({problem_statement}, {workdir}).",
-    )
 
 
 class HermesAgent(CliAgent):
@@ -96,16 +87,14 @@ class HermesAgent(CliAgent):
     capture_excludes = (".hermes", "AGENTS.md.hermes")
 
     def command(self, ctx: AgentContext) -> list[str]:
-        task = self.config.prompt.format(problem_statement=ctx.task.problem_statement, workdir=ctx.workdir)
-        turns = str(ctx.max_turns or self.config.max_turns)
         return [
             f"{BUNDLE_DIR}/bin/hermes",
-            *("chat", "-q", task, "-Q", "--yolo", "--max-turns", turns, "--source", "tool"),
+            *("chat", "-q", self.task(ctx), "-Q", "--yolo", "--max-turns", self.turns(ctx), "--source", "tool"),
             *("-t", self.config.toolsets),
             *self.config.extra_args,
         ]
 
-    def environment(self, ctx: AgentContext, token: str) -> dict[str, str]:
+    def configure(self, ctx: AgentContext, token: str) -> dict[str, str]:
         assert ctx.model is not None and ctx.state_dir is not None
         home = ctx.state_dir / "hermes"
         home.mkdir(exist_ok=True)

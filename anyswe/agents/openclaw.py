@@ -17,11 +17,11 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from anyswe.agents.base import AgentConfig, AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleError, BundleRecipe, npm_ci
-from anyswe.agents.cli import CliAgent, private_file
+from anyswe.agents.cli import CliAgent, CliAgentConfig, private_file
 from anyswe.model import Protocol
 
 if TYPE_CHECKING:
@@ -63,23 +63,14 @@ def _build(lock: Path, work: Path, out: Path) -> None:
 BUNDLE = BundleRecipe(name="openclaw", lock="openclaw", build=_build, check=("bin/openclaw", "--version"))
 
 
-class OpenClawConfig(AgentConfig):
+class OpenClawConfig(CliAgentConfig):
     """The ``agents.<name>`` block of a spec with ``type: openclaw``."""
 
-    model_config = ConfigDict(extra="forbid")
-
     type: Literal["openclaw"] = "openclaw"
-    max_turns: int = Field(default=100, ge=1, description="Model calls before the gateway stops the agent.")
     protocol: Protocol | None = Field(
         default=None,
         description="What OpenClaw speaks to the gateway (default: the model's own protocol); the gateway "
         "translates to the model's.",
-    )
-    extra_args: list[str] = Field(default_factory=list, description="More flags for `openclaw agent exec`.")
-    prompt: str = Field(
-        default="{problem_statement}\n\nThe repository is checked out in {workdir}. Fix the issue by editing "
-        "the source; do not change the tests.",
-        description="The task ({problem_statement}, {workdir}).",
     )
 
 
@@ -103,7 +94,7 @@ class OpenClawAgent(CliAgent):
             *self.config.extra_args,
         ]
 
-    def environment(self, ctx: AgentContext, token: str) -> dict[str, str]:
+    def configure(self, ctx: AgentContext, token: str) -> dict[str, str]:
         assert ctx.model is not None and ctx.state_dir is not None
         # The config holds the task's token: in the task's state directory, readable by its owner only.
         protocol = self.config.protocol or ctx.model.api
@@ -118,8 +109,7 @@ class OpenClawAgent(CliAgent):
             "agents": {"defaults": {"model": {"primary": "anyswe/model"}}},
         }
         private_file(ctx.state_dir / "openclaw.json5", json.dumps(config, indent=1))
-        task = self.config.prompt.format(problem_statement=ctx.task.problem_statement, workdir=ctx.workdir)
-        (ctx.state_dir / "task.md").write_text(task)
+        (ctx.state_dir / "task.md").write_text(self.task(ctx))
         return {"TMPDIR": f"{STATE_DIR}/tmp", "NO_UPDATE_NOTIFIER": "1"}
 
     def outcome(self, ctx: AgentContext, result: ExecResult, state_dir: Path) -> AgentOutcome:

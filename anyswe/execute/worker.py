@@ -7,7 +7,7 @@ an agent object per (agent, model) cell; one image resolver, so each image is bu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from anyswe.agents import agent_class
@@ -53,13 +53,9 @@ class Worker:
 
     async def collect_orphans(self, task_keys: set[str]) -> list[str]:
         """Remove sandboxes of these tasks whose owner died (an earlier apply killed with -9); their names."""
-        removed = []
-        for provider in self._providers.values():
-            for name, labels in (await provider.sandboxes()).items():
-                if labels and labels.get(LABEL_TASK) in task_keys and not owner_alive(labels.get(LABEL_OWNER)):
-                    await provider.remove(name)
-                    removed.append(name)
-        return removed
+        return await self._remove_where(
+            lambda labels: labels.get(LABEL_TASK) in task_keys and not owner_alive(labels.get(LABEL_OWNER))
+        )
 
     async def sweep(self, run_id: str) -> list[str]:
         """Remove what is left of this process's sandboxes of ``run_id``; their names.
@@ -68,15 +64,20 @@ class Worker:
         one (the daemon finishes a ``docker run`` its killed client gave up on), after the task's
         own removal: the last step of a run collects those.
         """
-        removed = []
         owner = current_owner()
+        return await self._remove_where(
+            lambda labels: labels.get(LABEL_RUN) == run_id and labels.get(LABEL_OWNER) == owner
+        )
+
+    async def _remove_where(self, match: Callable[[dict[str, str]], bool]) -> list[str]:
+        removed = []
         for provider in self._providers.values():
             try:
                 found = await provider.sandboxes()
             except Exception:  # a runtime that stopped answering: `anyswe gc` collects its leftovers later
                 continue
             for name, labels in found.items():
-                if labels and labels.get(LABEL_RUN) == run_id and labels.get(LABEL_OWNER) == owner:
+                if labels and match(labels):
                     await provider.remove(name)
                     removed.append(name)
         return removed

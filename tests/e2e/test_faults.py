@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from faultkit import sandboxes, strike
 
 from anyswe.results.store import read_rows
 
@@ -31,21 +32,12 @@ concurrency: 1
 def grader_running_eval(provider: str) -> str | None:
     """This session's grading sandbox, once its eval script runs (looked for inside the sandbox, so
     another session's evals on the same machine do not count)."""
-    from faultkit import sandboxes
 
     for name in sandboxes(provider, os.environ["ANYSWE_SESSION"], "grading"):
         inside = ["docker", "exec", name] if provider == "docker" else ["apptainer", "exec", f"instance://{name}"]
         if subprocess.run([*inside, "pgrep", "-f", "/bin/bash /eval.sh"], capture_output=True).returncode == 0:
             return name
     return None
-
-
-def strike(provider: str, name: str, how: str) -> None:
-    """Kill or stop the sandbox, as the OOM killer, a preemption or an operator would."""
-    if provider == "docker":
-        subprocess.run(["docker", how.removeprefix("docker-"), name], capture_output=True, check=True)
-    else:
-        subprocess.run(["apptainer", "instance", "stop", "--force", name], capture_output=True, check=True)
 
 
 @pytest.mark.parametrize(
@@ -66,7 +58,7 @@ def test_sandbox_killed_during_the_tests(runtimes: None, tmp_path: Path, provide
             assert proc.poll() is None and time.monotonic() < deadline, "the eval script never started"
             time.sleep(0.2)
         time.sleep(1)  # the suite is under way
-        strike(provider, grader, how)
+        strike(provider, grader, "kill" if how == "docker-kill" or provider == "apptainer" else "stop")
         proc.wait(timeout=300)
     finally:
         proc.kill()
