@@ -149,7 +149,16 @@ def plan(
         typer.echo(json.dumps(p.to_json(), indent=1))
         return
     _print_table(p.cell_rows(), title=f"{p.spec.name}: {len(p.tasks)} tasks over {len(p.instances)} instances")
+    _note_exclusions(p.excluded)
     _warn(p.warnings)
+
+
+def _note_exclusions(excluded: dict[str, str]) -> None:
+    from anyswe.results.tables import exclusion_note
+
+    note = exclusion_note(excluded)
+    if note:
+        typer.echo(note)
 
 
 def _warn(warnings: list[str]) -> None:
@@ -186,6 +195,7 @@ def apply(
         raise typer.Exit(code=128 + (received[-1] if received else signal.SIGINT)) from None
     typer.echo(str(summary))
     _print_table(_compact(exp.cells().to_dicts()), title="cells")
+    _note_exclusions(exp.excluded())
     if summary.incomplete:
         typer.secho(
             "some tasks ended without a verdict or every task failed: see error.txt in their folders "
@@ -245,6 +255,7 @@ def status(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) ->
             }
         )
     _print_table(out, title=f"{planned['spec']} ({run_dir})")
+    _note_exclusions(planned.get("excluded") or {})
 
 
 @app.command()
@@ -272,6 +283,9 @@ def results(
     else:
         rows = table.to_dicts()
         _print_table(_compact(rows) if by != "instance" else rows, title=f"{run_dir} by {by}")
+        from anyswe.results.tables import run_exclusions
+
+        _note_exclusions(run_exclusions(run_dir))
 
 
 @app.command()
@@ -293,6 +307,7 @@ def diff(
         _fail(exc)
     for c in found:
         typer.echo(json.dumps(c.to_json()) if as_json else str(c))
+    _warn([w for c in found for w in c.warnings])
 
 
 @app.command()
@@ -348,6 +363,12 @@ def regrade(
         )
     if errors:
         raise typer.Exit(code=1)
+
+
+# `anyswe prepare ...` and `anyswe gold-check` live with the preparation code.
+from anyswe.prepare.cli import register as _register_prepare  # noqa: E402
+
+_register_prepare(app)
 
 
 def main() -> None:

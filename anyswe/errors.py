@@ -162,6 +162,10 @@ class ImageBuildError(InfraError):
     """Building a task image or SIF failed."""
 
 
+class InsufficientDisk(InfraError):
+    """Preparing images would need more disk than a filesystem has free (or than the budget allows)."""
+
+
 class AgentError(AnysweError):
     """An agent failed in a way that is the agent's own (bad config, missing predictions...)."""
 

@@ -54,6 +54,10 @@ class Experiment:
 
         return task_frame(self.run_dir)
 
+    def excluded(self) -> dict[str, str]:
+        """Instances the spec excludes on every provider (``dataset.exclude``/``exclude_file``): id -> reason."""
+        return dict(self.planned.excluded)
+
     def cells(self) -> pl.DataFrame:
         """The per-cell table: resolve rate, masked, patch rate, phase times."""
         from anyswe.results.tables import cell_table

@@ -16,6 +16,7 @@ from typing import Any
 
 from anyswe.agents import agent_class
 from anyswe.datasets import Dataset, Instance, filter_instances, load_dataset
+from anyswe.datasets.exclusions import Exclusions
 from anyswe.errors import AgentError, PlanError
 from anyswe.grading import harness_for
 from anyswe.model import ModelSpec
@@ -61,6 +62,9 @@ class Plan:
     instances: list[Instance]
     cells: list[Cell]
     tasks: list[Task] = field(default_factory=list)
+    #: Instances left out on every provider (``dataset.exclude``/``exclude_file``): id -> reason.
+    excluded: dict[str, str] = field(default_factory=dict)
+    exclusion_files: list[str] = field(default_factory=list)
 
     def instance(self, instance_id: str) -> Instance:
         return self._by_id[instance_id]
@@ -93,6 +97,8 @@ class Plan:
             "samples": self.spec.samples,
             "cells": self.cell_rows(),
             "warnings": self.warnings,
+            "excluded": self.excluded,
+            "exclusion_files": self.exclusion_files,
             "tasks": [t.row() for t in self.tasks],
         }
 
@@ -209,9 +215,11 @@ def make_plan(spec: Spec, dataset: Dataset | None = None) -> Plan:
     ds = spec.dataset
     if dataset is None:
         dataset = load_dataset(ds.name, ds.path, split=ds.split)
-    instances = filter_instances(
-        dataset.instances, instance_ids=ds.instance_ids, repos=ds.repos, limit=ds.limit, seed=ds.seed
-    )
+    exclusions = Exclusions.of(ds.exclude, ds.exclude_file)
+    chosen = filter_instances(dataset.instances, instance_ids=ds.instance_ids, repos=ds.repos)
+    # Excluded before the sample is drawn: a limit of N still runs N instances.
+    excluded = {i.instance_id: exclusions.reasons[i.instance_id] for i in chosen if i.instance_id in exclusions}
+    instances = filter_instances([i for i in chosen if i.instance_id not in excluded], limit=ds.limit, seed=ds.seed)
     if not instances:
         raise PlanError(f"dataset {dataset.name!r} has no instances left after filtering")
     cells = expand_cells(spec)
@@ -230,7 +238,8 @@ def make_plan(spec: Spec, dataset: Dataset | None = None) -> Plan:
                 f"provider {cell.provider!r}: dataset {dataset.name!r} does not build its images; "
                 f"set providers.{cell.provider}.image"
             )
-    plan = Plan(spec=spec, dataset=dataset, instances=instances, cells=cells)
+    plan = Plan(spec=spec, dataset=dataset, instances=instances, cells=cells, excluded=excluded)
+    plan.exclusion_files = exclusions.files
     choice = plan.harness_name
     graded_by = {
         i.instance_id: harness_for(i, spec_harness=spec.grading.harness, dataset_harness=dataset.harness)

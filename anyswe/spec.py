@@ -36,6 +36,12 @@ class DatasetSpec(_Strict):
     repos: list[str] | None = None
     limit: int | None = Field(default=None, ge=1)
     seed: int | None = None
+    exclude: list[str] = Field(default_factory=list, description="Instance ids never run (on every provider).")
+    exclude_file: Path | None = Field(
+        default=None,
+        description="An exclusion list written by `anyswe gold-check` (relative to the spec); its instances "
+        "are never run, on every provider, and are listed in the plan, the tables and the report.",
+    )
 
     @model_validator(mode="after")
     def _name_or_path(self) -> DatasetSpec:
@@ -349,6 +355,8 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     base = p.resolve().parent
     if spec.dataset.path is not None and not spec.dataset.path.is_absolute():
         spec.dataset.path = base / spec.dataset.path
+    if spec.dataset.exclude_file is not None and not spec.dataset.exclude_file.is_absolute():
+        spec.dataset.exclude_file = base / spec.dataset.exclude_file
     for name, model in list(spec.models.items()):
         if model.script is not None and not model.script.is_absolute():
             spec.models[name] = model = model.model_copy(update={"script": base / model.script})

@@ -7,6 +7,7 @@
 #   scripts/provision.sh image      only the base image
 #   scripts/provision.sh helper     a C compiler and static libc (anyswe builds its in-sandbox helper)
 #   scripts/provision.sh browser    headless Chromium (for the report tests)
+#   scripts/provision.sh registry   Debian's docker-registry (a real registry for the pull tests)
 #
 # Every step is a no-op where the thing already works: a workstation with a running docker
 # daemon, or an HPC node with apptainer installed, is left alone. Nothing is pulled from a
@@ -185,6 +186,19 @@ provision_browser() {
   log "browser: $(chromium --version 2>/dev/null)"
 }
 
+# The reference distribution registry: the tests start their own on a loopback port (the package's
+# own service is stopped and disabled: nothing listens unless a test asks for it).
+provision_registry() {
+  if ! command -v docker-registry >/dev/null 2>&1; then
+    apt_install docker-registry
+    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+      systemctl disable --now docker-registry >/dev/null 2>&1 || true
+    fi
+    pkill -x docker-registry 2>/dev/null || true
+  fi
+  log "registry: $(docker-registry --version 2>/dev/null | head -n1)"
+}
+
 main() {
   local what=${1:-all}
   case "$what" in
@@ -195,8 +209,9 @@ main() {
     helper) provision_helper ;;
     browser) provision_browser ;;
     agents) provision_agents ;;
-    all) provision_docker; provision_apptainer; provision_image; provision_helper; provision_agents ;;
-    *) die "unknown target '$what' (docker, apptainer, image, image-bullseye, helper, agents, browser, all)" ;;
+    registry) provision_registry ;;
+    all) provision_docker; provision_apptainer; provision_image; provision_helper; provision_agents; provision_registry ;;
+    *) die "unknown target '$what' (docker, apptainer, image, image-bullseye, helper, agents, registry, browser, all)" ;;
   esac
 }
 main "$@"

@@ -170,9 +170,15 @@ def load_dataset(
     if info is not None and info.name in ("demo", "demo-swebench"):
         from anyswe.datasets import demo
 
+        # `path:` beside a demo name: the demo's tasks and images with rows edited in a file
+        # (what `anyswe prepare dataset demo` writes), e.g. a gold patch broken on purpose.
         return Dataset(
             name=info.name,
-            instances=demo.load(swebench_shaped=info.name == "demo-swebench"),
+            instances=(
+                _validate(read_rows(Path(path)), str(path))
+                if path is not None
+                else demo.load(swebench_shaped=info.name == "demo-swebench")
+            ),
             harness=harness or info.harness,
             build_context=image_builder(info.name),
         )

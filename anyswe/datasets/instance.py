@@ -30,7 +30,10 @@ class Instance(BaseModel):
     @classmethod
     def _json_list(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return json.loads(value) if value.strip() else []
+            try:
+                return json.loads(value) if value.strip() else []
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"expected a JSON list of test names, found {value[:60]!r} ({exc})") from None
         return value
 
     @field_validator("version", mode="before")

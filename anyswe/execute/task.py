@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
+import hashlib
+import importlib.metadata
 import json
 import os
 import tempfile
@@ -32,6 +35,7 @@ from anyswe.grading import get_harness
 from anyswe.grading.ladder import empty_patch_verdict, grade_patch
 from anyswe.results.schema import TIME_FIELDS, TaskResult
 from anyswe.sandbox import SandboxRequest
+from anyswe.sandbox.provider import Provenance
 
 if TYPE_CHECKING:
     from anyswe.agents import Agent
@@ -176,12 +180,14 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
     started = _now()
     t0 = time.monotonic()
     image: str | None = None
+    provenance = Provenance()
     run: AgentRun | None = None
     patch = ""
     verdict: Verdict | None = None
     try:
         provider, agent, harness = worker.provider(unit), worker.agent(unit), get_harness(unit.harness)
         image = await trace.timed("time_image", worker.images.image_for(provider, unit.image, unit.instance))
+        provenance = await worker.images.provenance(provider, image)
         with _state_dir() as state_dir:
             request = SandboxRequest(image, run_id=unit.run_id, task_id=unit.key, phase="agent")
             # An agent may need more of its sandbox (its bundle, the gateway): building a bundle takes a while.
@@ -197,7 +203,7 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
     except Exception:  # a bug in anyswe must not stop the other tasks; the task runs again next time
         trace.error_kind, trace.error = "internal", traceback.format_exc()
     trace.times["time_total"] = round(time.monotonic() - t0, 3)
-    result = classify(unit, trace, run, patch, verdict, image=image, started_at=started)
+    result = classify(unit, trace, run, patch, verdict, image=image, started_at=started, provenance=provenance)
     files = artifacts(result, trace, verdict)
     if run is not None:
         files.update({f"agent-{name}": text for name, text in run.outcome.artifacts.items()})
@@ -211,6 +217,15 @@ def failed_output(unit: WorkUnit, error_kind: str, error: str) -> TaskOutput:
     return TaskOutput(result, artifacts(result, trace, None))
 
 
+@functools.cache
+def _swebench_version() -> str | None:
+    """The installed swebench's version, read from its metadata (importing swebench is slow)."""
+    try:
+        return importlib.metadata.version("swebench")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def classify(
     unit: WorkUnit,
     trace: _Trace,
@@ -220,6 +235,7 @@ def classify(
     *,
     image: str | None,
     started_at: str,
+    provenance: Provenance | None = None,
 ) -> TaskResult:
     """Assemble the task's one result from what the phases returned."""
     error_kind, error = trace.error_kind, trace.error
@@ -243,6 +259,10 @@ def classify(
         "run_id": unit.run_id,
         "harness": unit.harness,
         "image": image,
+        "image_digest": provenance.digest if provenance else None,
+        "image_source_digest": provenance.source_digest if provenance else None,
+        "swebench_version": _swebench_version(),
+        "eval_script_sha256": hashlib.sha256(verdict.eval_script.encode()).hexdigest() if verdict else None,
         "started_at": started_at,
         "finished_at": _now(),
         "resolved": resolved,

@@ -70,6 +70,37 @@ def known_repo(repo: str) -> bool:
     return repo in MAP_REPO_VERSION_TO_SPECS
 
 
+def repo_version_specs() -> dict[str, dict[str, Any]]:
+    """swebench's repo -> version -> install/test spec table (what an eval script is made from)."""
+    _swebench()
+    from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
+
+    return dict(MAP_REPO_VERSION_TO_SPECS)
+
+
+def official_image(instance_id: str, namespace: str = "swebench", tag: str = "latest") -> str:
+    """The instance image name swebench itself gives (``TestSpec.instance_image_key``), built offline."""
+    _swebench()
+    from swebench.harness.test_spec.test_spec import TestSpec
+
+    spec = TestSpec(
+        instance_id=instance_id,
+        repo="",
+        version="",
+        repo_script_list=[],
+        eval_script_list=[],
+        env_script_list=[],
+        arch="x86_64",
+        FAIL_TO_PASS=[],
+        PASS_TO_PASS=[],
+        language="py",
+        docker_specs={},
+        namespace=namespace,
+        instance_image_tag=tag,
+    )
+    return str(spec.instance_image_key)
+
+
 def register_custom_repo(repo: str, version: str, *, test_cmd: str, parser: str = "pytest", **specs: Any) -> None:
     """Make ``repo``/``version`` known to swebench (its spec maps), graded by a named log parser.
 

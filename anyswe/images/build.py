@@ -8,7 +8,10 @@ image changed. Docker is reached through python-on-whales; ``apptainer build`` i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
+import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -25,6 +28,8 @@ from anyswe.errors import ImageBuildError, ImageNotFound
 
 if TYPE_CHECKING:
     from python_on_whales import DockerClient
+
+    from anyswe.sandbox.provider import Provenance
 
 # In-process build locks, one set per event loop: an asyncio.Lock belongs to the loop it first
 # waited in, and `run_sync` may run successive experiments on new loops in one process (Jupyter).
@@ -146,11 +151,64 @@ def collect_interrupted_builds() -> list[str]:
     return removed
 
 
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(4 * 2**20):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+def sidecar(sif: Path) -> Path:
+    """``<sif>.json``: where a SIF's provenance is kept (its sha256, the docker image it came from)."""
+    return sif.with_name(sif.name + ".json")
+
+
+def write_sidecar(sif: Path, **fields: object) -> str:
+    """Hash ``sif`` and record it with ``fields`` (source, source_digest, ...); returns the sha256."""
+    digest = file_sha256(sif)
+    stat = sif.stat()
+    record = {**fields, "sha256": digest, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    tmp = sidecar(sif).with_name(sidecar(sif).name + f".{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+        os.replace(tmp, sidecar(sif))
+    except OSError:  # a read-only SIF directory: the hash is still returned, just not kept
+        tmp.unlink(missing_ok=True)
+    return digest
+
+
+_provenance_memo: dict[tuple[str, int, int], tuple[str, str | None]] = {}
+
+
+def sif_provenance(sif: Path) -> Provenance:
+    """A SIF's sha256 and source image id: from its sidecar when it matches the file, else hashed (once)."""
+    from anyswe.sandbox.provider import Provenance
+
+    stat = sif.stat()
+    key = (str(sif.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _provenance_memo:
+        record: dict[str, object] = {}
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads(sidecar(sif).read_text())
+        if record.get("size") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns and record.get("sha256"):
+            _provenance_memo[key] = (str(record["sha256"]), _opt(record.get("source_digest")))
+        else:
+            _provenance_memo[key] = (file_sha256(sif), _opt(record.get("source_digest")))
+    digest, source = _provenance_memo[key]
+    return Provenance(digest, source)
+
+
+def _opt(value: object) -> str | None:
+    return str(value) if value else None
+
+
 async def ensure_sif(image: str, *, apptainer: str = "apptainer", timeout: float = 1800) -> Path:
     """A SIF built from the local docker ``image``, reused while the image id is unchanged."""
     from python_on_whales.exceptions import DockerException
 
-    digest = (await image_id(image)).split(":")[-1]
+    full_id = await image_id(image)
+    digest = full_id.split(":")[-1]
     sif_dir = cache_dir() / "sif"
     sif_dir.mkdir(parents=True, exist_ok=True)
     sif = sif_dir / f"{digest[:24]}.sif"
@@ -168,4 +226,5 @@ async def ensure_sif(image: str, *, apptainer: str = "apptainer", timeout: float
             part = Path(tmp) / "image.sif"
             await _apptainer_build(apptainer, part, archive, timeout)
             os.replace(part, sif)  # atomic: a reader never sees half a SIF
+            await asyncio.to_thread(write_sidecar, sif, source=image, source_digest=full_id, built_from="daemon")
     return sif

@@ -21,6 +21,7 @@ from anyswe.images.build import build_docker_image
 if TYPE_CHECKING:
     from anyswe.datasets import Dataset, Instance
     from anyswe.sandbox import ProviderConfig, SandboxProvider
+    from anyswe.sandbox.provider import Provenance
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class ImageResolver:
 
     def __init__(self) -> None:
         self._futures: dict[tuple[str, ...], asyncio.Future[str]] = {}
+        self._provenance: dict[tuple[str, ...], asyncio.Future[Provenance]] = {}
 
     async def _memo(self, key: tuple[str, ...], make: Callable[[], Coroutine[Any, Any, str]]) -> str:
         fut = self._futures.get(key)
@@ -67,6 +69,19 @@ class ImageResolver:
 
             return await self._memo(("docker", source.build_dataset, instance.instance_id), make)
         raise DatasetError(f"no image for {instance.instance_id}: set the provider's `image` template")
+
+    async def provenance(self, provider: SandboxProvider[Any], image: str) -> Provenance:
+        """``image``'s digests, asked once per worker (hashing a SIF of gigabytes takes seconds)."""
+
+        async def make() -> Provenance:
+            return await provider.image_provenance(image)
+
+        key = ("provenance", provider.name, image)
+        fut = self._provenance.get(key)
+        if fut is None or (fut.done() and fut.exception() is not None):
+            fut = asyncio.ensure_future(make())
+            self._provenance[key] = fut
+        return await asyncio.shield(fut)
 
     async def image_for(self, provider: SandboxProvider[Any], source: ImageSource, instance: Instance) -> str:
         """What ``provider`` runs for ``instance``."""

@@ -36,6 +36,19 @@ class Comparison:
     ci_high: float
     p_value: float
     flips: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Instances whose two sides ran different images (by source image id): their verdicts may
+    #: differ for that reason alone.
+    image_mismatch: list[str] = field(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        if not self.image_mismatch:
+            return []
+        ids = ", ".join(self.image_mismatch[:10]) + (", ..." if len(self.image_mismatch) > 10 else "")
+        return [
+            f"{self.a} vs {self.b}: {len(self.image_mismatch)} instance(s) ran on different image digests "
+            f"(not the same image on both sides): {ids}"
+        ]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,6 +91,7 @@ def compare_frames(
     ]
     n = len(ra)
     delta, low, high = paired_bootstrap(ra, rb, resamples=resamples, seed=seed)
+    mismatch = _image_mismatch(a, b)
     return Comparison(
         a=label_a,
         b=label_b,
@@ -95,7 +109,33 @@ def compare_frames(
             "resolved_only_in_a": {"count": len(only_a), "instance_ids": only_a},
             "resolved_only_in_b": {"count": len(only_b), "instance_ids": only_b},
         },
+        image_mismatch=mismatch,
     )
+
+
+def _image_mismatch(a: pl.DataFrame, b: pl.DataFrame) -> list[str]:
+    """Instances whose sides ran different images: the source image id when both know it, and, on the
+    same kind of backend, the artefact's own digest."""
+    import polars as pl
+
+    def digests(frame: pl.DataFrame) -> pl.DataFrame:
+        if "image_source_digest" not in frame.columns:
+            return pl.DataFrame(schema={"instance_id": pl.Utf8, "src": pl.Utf8, "art": pl.Utf8, "kind": pl.Utf8})
+        return frame.select(
+            "instance_id",
+            pl.col("image_source_digest").alias("src"),
+            pl.col("image_digest").alias("art"),
+            pl.col("provider_type").alias("kind"),
+        ).unique()
+
+    j = digests(a).join(digests(b), on="instance_id", suffix="_b")
+    differs = (pl.col("src").is_not_null() & pl.col("src_b").is_not_null() & (pl.col("src") != pl.col("src_b"))) | (
+        (pl.col("kind") == pl.col("kind_b"))
+        & pl.col("art").is_not_null()
+        & pl.col("art_b").is_not_null()
+        & (pl.col("art") != pl.col("art_b"))
+    )
+    return sorted(set(j.filter(differs)["instance_id"].to_list()))
 
 
 def compare_by(tasks: pl.DataFrame, by: str = "provider", *, seed: int = 0) -> list[Comparison]:

@@ -164,7 +164,8 @@ def _comparisons(items: list[Comparison]) -> str:
         "flips A-only",
         "flips B-only",
     ]
-    return _table(rows, cols)
+    warnings = "".join(f'<p class="warn">warning: {_e(w)}</p>' for c in items for w in c.warnings)
+    return warnings + _table(rows, cols)
 
 
 def _read(path: Path) -> str:
@@ -205,6 +206,20 @@ def _tasks(run: Path, tasks: pl.DataFrame) -> str:
     )
 
 
+def _exclusions(plan: dict[str, Any]) -> str:
+    """The instances left out on every provider, and why (a gold-check's exclusion list)."""
+    excluded: dict[str, str] = plan.get("excluded") or {}
+    if not excluded:
+        return ""
+    files = ", ".join(plan.get("exclusion_files") or []) or "dataset.exclude"
+    rows = "".join(f"<tr><td>{_e(i)}</td><td>{_e(r)}</td></tr>" for i, r in sorted(excluded.items()))
+    return (
+        f'<div id="excluded"><p><b>{len(excluded)} instance(s) excluded on every provider</b> ({_e(files)}); '
+        "they are in no cell's counts.</p>"
+        f"<table><thead><tr><th>instance</th><th>reason</th></tr></thead><tbody>{rows}</tbody></table></div>"
+    )
+
+
 def render_report(run_dir: str | Path) -> str:
     """The HTML text of the report for ``run_dir``."""
     run = Path(run_dir)
@@ -241,6 +256,7 @@ def render_report(run_dir: str | Path) -> str:
 &middot; generated {_e(generated)}</p>
 <h2>Cells</h2>
 <p>Rates are over unmasked samples, with 95% Wilson intervals.</p>
+{_exclusions(plan)}
 {_table(cells, [c for c in cell_cols if c in (cells[0] if cells else {})])}
 <h2>Resolve rate per cell</h2>
 {rate_chart(cells)}

@@ -20,7 +20,7 @@ from anyswe.errors import ResultsError
 if TYPE_CHECKING:
     import polars as pl
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 ErrorKind = Literal["infra", "agent", "grading", "internal"]
 #: Error kinds after which a task runs again on the next apply: the task itself never failed.
@@ -35,7 +35,7 @@ class TaskResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[2] = 2
+    schema_version: Literal[3] = 3
     # -- identity: which task, which attempt --------------------------------------------------------
     key: str
     cell: str
@@ -51,6 +51,17 @@ class TaskResult(BaseModel):
     run_id: str = ""
     harness: str = ""
     image: str | None = Field(default=None, description="What the provider ran: docker reference or SIF path.")
+    # -- provenance: what exactly ran and graded ----------------------------------------------------
+    image_digest: str | None = Field(
+        default=None, description="The artefact that ran: the docker image id, or the SIF file's sha256."
+    )
+    image_source_digest: str | None = Field(
+        default=None,
+        description="The docker image (config digest = image id) the artefact came from; equal across backends "
+        "that ran the same image.",
+    )
+    swebench_version: str | None = None
+    eval_script_sha256: str | None = Field(default=None, description="sha256 of the eval script the tests ran.")
     started_at: str = ""
     finished_at: str = ""
     # -- verdict ------------------------------------------------------------------------------------
@@ -102,6 +113,11 @@ def _migrate_v1(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _migrate_v2(row: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2: no provenance fields yet (they stay unknown)."""
+    return {**row, "schema_version": SCHEMA_VERSION}
+
+
 def parse_row(row: Any, where: str) -> TaskResult:
     """Validate (and migrate) one decoded results line; ``where`` is ``file:line`` for errors."""
     if not isinstance(row, dict):
@@ -109,10 +125,12 @@ def parse_row(row: Any, where: str) -> TaskResult:
     version = row.get("schema_version", 1)
     if version == 1:
         row = _migrate_v1(row)
+    elif version == 2:
+        row = _migrate_v2(row)
     elif version != SCHEMA_VERSION:
         raise ResultsError(
             f"{where}: results schema_version {version!r} is not one this anyswe reads "
-            f"(1 or {SCHEMA_VERSION}); it was written by another anyswe version"
+            f"(1 to {SCHEMA_VERSION}); it was written by another anyswe version"
         )
     try:
         return TaskResult.model_validate(row)

@@ -23,6 +23,24 @@ USAGE_COLUMNS = ["model_calls", "input_tokens", "output_tokens", "cache_read_tok
 CELL_KEYS = ["cell", "agent", "model", "provider"]
 
 
+def run_exclusions(run_dir: str | Path) -> dict[str, str]:
+    """The instances a run left out on every provider (its spec's exclusion list): id -> reason."""
+    import json
+
+    plan = Path(run_dir) / "plan.json"
+    if not plan.is_file():
+        return {}
+    return dict(json.loads(plan.read_text()).get("excluded") or {})
+
+
+def exclusion_note(excluded: dict[str, str]) -> str | None:
+    """One line for tables: how many instances were excluded, and which."""
+    if not excluded:
+        return None
+    ids = ", ".join(sorted(excluded)[:10]) + (", ..." if len(excluded) > 10 else "")
+    return f"excluded on every provider: {len(excluded)} instance(s): {ids}"
+
+
 def task_frame(run_dir: str | Path) -> pl.DataFrame:
     """One row per task (its latest attempt), typed by :class:`~anyswe.results.schema.TaskResult`."""
     path = Path(run_dir) / RESULTS

@@ -29,8 +29,16 @@ from anyswe import _proc
 from anyswe.errors import DatasetError, ImageNotFound, RuntimeNotAvailable, SandboxStartError
 from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.labels import NAME_PREFIX
-from anyswe.sandbox.provider import SandboxProvider
-from anyswe.sandbox.request import SANDBOX_HOSTNAME, DockerRef, NetworkPolicy, ProviderConfig, SandboxRequest, neutral
+from anyswe.sandbox.provider import Provenance, SandboxProvider
+from anyswe.sandbox.request import (
+    SANDBOX_HOSTNAME,
+    DockerRef,
+    NetworkPolicy,
+    PreparedArtefacts,
+    ProviderConfig,
+    SandboxRequest,
+    neutral,
+)
 
 #: The instance's environment variable that carries its labels.
 LABELS_ENV = "ANYSWE_LABELS"
@@ -59,6 +67,15 @@ class ApptainerConfig(ProviderConfig):
 
     def names_own_images(self) -> bool:
         return self.sif is not None or super().names_own_images()
+
+    def prepared_artefacts(self, fields: Mapping[str, str], *, sif_from_registry: bool) -> PreparedArtefacts:
+        if self.sif is None:  # converted from the local docker image into anyswe's cache, as a run would
+            return PreparedArtefacts(docker_image=True, sif="")
+        try:
+            target = str(Path(self.sif.format(**fields)).absolute())
+        except (KeyError, IndexError) as exc:
+            raise DatasetError(f"sif template {self.sif!r} has an unknown field {exc}") from None
+        return PreparedArtefacts(docker_image=not sif_from_registry, sif=target)
 
 
 #: The capabilities docker gives a container's root by default: root must be the same root on both
@@ -127,6 +144,13 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         from anyswe.images.build import ensure_sif
 
         return str(await ensure_sif(await docker_image(), apptainer=self.config.binary))
+
+    async def image_provenance(self, image: str) -> Provenance:
+        if "://" in image or not Path(image).is_file():
+            return Provenance()
+        from anyswe.images.build import sif_provenance
+
+        return await asyncio.to_thread(sif_provenance, Path(image))
 
     def default_network(self) -> NetworkPolicy:
         return self.config.network

@@ -21,8 +21,15 @@ from anyswe import _proc
 from anyswe.errors import ImageNotFound, RuntimeNotAvailable, SandboxStartError
 from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.labels import LABEL_MANAGED
-from anyswe.sandbox.provider import SandboxProvider
-from anyswe.sandbox.request import SANDBOX_HOSTNAME, DockerRef, NetworkPolicy, ProviderConfig, SandboxRequest
+from anyswe.sandbox.provider import Provenance, SandboxProvider
+from anyswe.sandbox.request import (
+    SANDBOX_HOSTNAME,
+    DockerRef,
+    NetworkPolicy,
+    PreparedArtefacts,
+    ProviderConfig,
+    SandboxRequest,
+)
 
 if TYPE_CHECKING:
     from python_on_whales import DockerClient
@@ -40,6 +47,9 @@ class DockerConfig(ProviderConfig):
         "reach the host and beyond (a warning in the plan). Model traffic goes through the gateway either way.",
     )
     pids_limit: int | None = Field(default=None, gt=0)
+
+    def prepared_artefacts(self, fields: Mapping[str, str], *, sif_from_registry: bool) -> PreparedArtefacts:
+        return PreparedArtefacts(docker_image=True)
 
 
 def _client() -> DockerClient:
@@ -98,6 +108,11 @@ class DockerProvider(SandboxProvider[DockerConfig]):
 
     async def runnable_image(self, docker_image: DockerRef, fields: Mapping[str, str]) -> str:
         return await docker_image()
+
+    async def image_provenance(self, image: str) -> Provenance:
+        r = await _proc.run([*self.docker_cmd, "image", "inspect", "--format", "{{.Id}}", image], timeout=60)
+        digest = r.stdout.decode().strip() if r.exit_code == 0 and not r.timed_out else None
+        return Provenance(digest or None, digest or None)
 
     def default_network(self) -> NetworkPolicy:
         return self.config.network

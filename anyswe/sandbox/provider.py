@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -18,6 +19,15 @@ from anyswe.sandbox.request import GATEWAY_DIR, DockerRef, Mount, NetworkPolicy,
 from anyswe.sandbox.slots import Slots
 
 C = TypeVar("C", bound=ProviderConfig)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """``digest``: the artefact that ran (docker image id, SIF sha256); ``source_digest``: the docker
+    image id it was made from (equal on every backend that ran the same image)."""
+
+    digest: str | None = None
+    source_digest: str | None = None
 
 
 class SandboxProvider(ABC, Generic[C]):
@@ -60,6 +70,10 @@ class SandboxProvider(ABC, Generic[C]):
         ``docker_image()`` gives the docker reference (building it if need be: called only when
         needed); ``fields`` fill the provider's own image templates ({instance_id}, ...), if any.
         """
+
+    async def image_provenance(self, image: str) -> Provenance:
+        """What exactly ``image`` is (for the task's result): its digest and the docker image it came from."""
+        return Provenance()
 
     @abstractmethod
     def host_address(self, network: NetworkPolicy) -> str | None:

@@ -59,6 +59,15 @@ class ExecResult:
         return self.exit_code == 0 and not self.timed_out
 
 
+@dataclass(frozen=True)
+class PreparedArtefacts:
+    """Per instance: whether the docker image must be local, and the SIF to build (None: no SIF;
+    "": anyswe's own SIF cache; else its path)."""
+
+    docker_image: bool = False
+    sif: str | None = None
+
+
 class ProviderConfig(BaseModel):
     """Settings common to every provider (the ``providers.<name>`` block of a spec).
 
@@ -77,6 +86,10 @@ class ProviderConfig(BaseModel):
         description="Docker image template ({instance_id}, {instance_id_docker}, {repo}, {version}); "
         "default: the dataset's own (built locally for the demo).",
     )
+
+    def prepared_artefacts(self, fields: Mapping[str, str], *, sif_from_registry: bool) -> PreparedArtefacts:
+        """What ``anyswe prepare images`` makes ready for this provider (default: nothing; it resolves its own)."""
+        return PreparedArtefacts()
 
     def names_own_images(self) -> bool:
         """Whether this config says which image every instance runs, whatever the dataset."""

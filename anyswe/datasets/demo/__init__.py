@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from anyswe.config import cache_dir
 from anyswe.datasets.instance import Instance
@@ -149,6 +150,11 @@ def load(*, swebench_shaped: bool = False) -> list[Instance]:
         )
         for r in rows
     ]
+
+
+def rows(*, swebench_shaped: bool = False) -> list[dict[str, Any]]:
+    """The demo rows as plain JSON objects (what ``anyswe prepare dataset demo`` writes)."""
+    return [i.model_dump(mode="json") for i in load(swebench_shaped=swebench_shaped)]
 
 
 def build_context(instance_id: str, base_image: str, *, swebench_shaped: bool = False) -> tuple[Path, str]:

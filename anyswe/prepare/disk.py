@@ -1,0 +1,142 @@
+"""How much disk ``anyswe prepare images`` will need, per filesystem, checked before anything is made.
+
+Sizes come from the local daemon (an image already pulled), else from the registry manifest (the
+compressed layers, unpacked by a measured factor); a SIF is a measured fraction of the unpacked
+image, and its build needs the unpacked image (and the download or archive) in a temporary
+directory while it runs. What exists already needs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from anyswe import _proc
+from anyswe.config import cache_dir
+from anyswe.errors import InsufficientDisk
+from anyswe.prepare.registry import remote_image
+
+if TYPE_CHECKING:
+    from anyswe.prepare.images import ImageJob
+
+# Measured on this machine over anyswe's own images (docs/verified.md): a layer unpacks to about
+# 2.3x its compressed size, and a SIF (squashfs, gzip level 1) is about 0.45x the unpacked image.
+EXPANSION = 2.5
+SIF_FRACTION = 0.5
+#: A dataset's own image build adds a few small layers on a local base.
+BUILD_BYTES = 64 * 2**20
+#: When neither the registry nor the daemon can tell an image's size (assumed, and reported).
+ASSUMED_COMPRESSED = 2 * 2**30
+# ------------------------------------------------------------------------------------------
+
+
+async def _docker_root() -> Path:
+    r = await _proc.run(["docker", "info", "--format", "{{.DockerRootDir}}"], timeout=60)
+    return Path(r.stdout.decode().strip() or "/var/lib/docker")
+
+
+async def _local_size(ref: str) -> int | None:
+    r = await _proc.run(["docker", "image", "inspect", "--format", "{{.Size}}", ref], timeout=60)
+    return int(r.stdout.decode().strip()) if r.exit_code == 0 and r.stdout.strip() else None
+
+
+def sif_present(sif: Path) -> bool:
+    """A SIF counts as built when it exists under its final name (only a checked build is renamed there)."""
+    return sif.is_file() and sif.stat().st_size > 0
+
+
+async def estimate(job: ImageJob, docker_available: bool) -> None:
+    """Fill in ``needs``/``transient`` (and ``status`` for what is already there)."""
+    if job.phase == "image":
+        if docker_available and await _local_size(job.ref) is not None:
+            job.status = "present"
+            return
+        if job.build_dataset is not None:
+            job.needs = BUILD_BYTES
+            return
+    elif job.target and sif_present(Path(job.target)):
+        job.status = "present"
+        return
+    unpacked = await _local_size(job.ref) if docker_available else None
+    compressed = None
+    if unpacked is None:
+        try:
+            compressed = (await remote_image(job.ref, docker_cli=docker_available)).compressed_bytes
+        except LookupError as exc:
+            job.size_known = False
+            job.error = f"size unknown ({exc}); assumed {ASSUMED_COMPRESSED / 2**30:.0f} GiB compressed"
+            compressed = ASSUMED_COMPRESSED
+        unpacked = int(compressed * EXPANSION)
+    if job.phase == "image":
+        job.needs, job.transient = unpacked, compressed or 0
+    else:
+        # A SIF build unpacks the image in a temporary directory (and, from the daemon, saves an archive).
+        job.needs = int(unpacked * SIF_FRACTION)
+        job.transient = unpacked + (compressed if job.from_registry and compressed else unpacked)
+
+
+def _filesystem(path: Path) -> Path:
+    """The nearest existing directory of ``path`` (what ``statvfs`` can be asked about)."""
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _build_tmp() -> Path:
+    return Path(os.environ.get("APPTAINER_TMPDIR") or os.environ.get("TMPDIR") or "/tmp")
+
+
+async def check_disk(
+    jobs: list[ImageJob], *, docker_available: bool, budget: int | None = None, jobs_in_parallel: int = 1
+) -> list[dict[str, Any]]:
+    """Per filesystem: bytes needed (kept, plus the transient bytes of the builds running at once)
+    against bytes free (or ``budget``, if smaller). Raises :class:`InsufficientDisk` naming each short one."""
+    places: dict[int, dict[str, Any]] = {}
+
+    def add(path: Path, what: str, kept: int, transient: int) -> None:
+        fs = _filesystem(path)
+        dev = os.stat(fs).st_dev
+        entry = places.setdefault(dev, {"path": str(fs), "needed": 0, "transient": [], "what": set()})
+        entry["needed"] += kept
+        entry["transient"].append(transient)
+        entry["what"].add(what)
+
+    pending = [j for j in jobs if j.status == "pending"]
+    root = await _docker_root() if docker_available and any(j.phase == "image" for j in pending) else None
+    for j in pending:
+        if j.phase == "image":
+            add(root or Path("/var/lib/docker"), "docker images", j.needs + j.transient, 0)
+        else:
+            add(Path(j.target).parent if j.target else cache_dir() / "sif", "SIFs", j.needs, 0)
+            add(_build_tmp(), "SIF build space", 0, j.transient)
+    out, short = [], []
+    for entry in places.values():
+        largest = sorted(entry["transient"], reverse=True)[:jobs_in_parallel]
+        needed = entry["needed"] + sum(largest)
+        free = shutil.disk_usage(entry["path"]).free
+        usable = min(free, budget) if budget is not None else free
+        row = {
+            "filesystem": entry["path"],
+            "for": ", ".join(sorted(entry["what"])),
+            "needed_mb": round(needed / 2**20),
+            "free_mb": round(free / 2**20),
+            "usable_mb": round(usable / 2**20),
+        }
+        out.append(row)
+        if needed > usable:
+            limit = f"the budget of {budget / 2**20:.0f} MB" if budget is not None and budget < free else "free"
+            short.append(
+                f"{entry['path']} ({row['for']}): needs about {needed / 2**20:,.0f} MB, "
+                f"{usable / 2**20:,.0f} MB {'is' if limit == 'free' else 'within'} {limit}"
+            )
+    if short:
+        raise InsufficientDisk(
+            "not enough disk to prepare these images; nothing was pulled or built:\n  " + "\n  ".join(short)
+        )
+    return out
+
+
+__all__ = ["check_disk", "estimate", "sif_present"]
