@@ -357,6 +357,8 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         spec.dataset.path = base / spec.dataset.path
     if spec.dataset.exclude_file is not None and not spec.dataset.exclude_file.is_absolute():
         spec.dataset.exclude_file = base / spec.dataset.exclude_file
+    for name, provider in list(spec.providers.items()):
+        spec.providers[name] = provider.relative_to(base)
     for name, model in list(spec.models.items()):
         if model.script is not None and not model.script.is_absolute():
             spec.models[name] = model = model.model_copy(update={"script": base / model.script})

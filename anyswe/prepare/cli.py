@@ -115,6 +115,8 @@ def prepare_images_cmd(
         _fail(exc)
     _print_table(report_.disk, title="disk estimate")
     _print_table(report_.rows(), title=f"images: {report_}")
+    for job in report_.failed:
+        typer.secho(f"failed: {job.target or job.ref}: {job.error}", fg=typer.colors.RED, err=True)
     if report_.failed:
         raise typer.Exit(code=1)
 

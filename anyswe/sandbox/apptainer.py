@@ -68,6 +68,11 @@ class ApptainerConfig(ProviderConfig):
     def names_own_images(self) -> bool:
         return self.sif is not None or super().names_own_images()
 
+    def relative_to(self, base: Path) -> ApptainerConfig:
+        if self.sif is None or "://" in self.sif or Path(self.sif).is_absolute() or self.sif.startswith("{"):
+            return self
+        return self.model_copy(update={"sif": str(base / self.sif)})
+
     def prepared_artefacts(self, fields: Mapping[str, str], *, sif_from_registry: bool) -> PreparedArtefacts:
         if self.sif is None:  # converted from the local docker image into anyswe's cache, as a run would
             return PreparedArtefacts(docker_image=True, sif="")

@@ -91,6 +91,10 @@ class ProviderConfig(BaseModel):
         """What ``anyswe prepare images`` makes ready for this provider (default: nothing; it resolves its own)."""
         return PreparedArtefacts()
 
+    def relative_to(self, base: Path) -> ProviderConfig:
+        """This config with its relative paths made relative to ``base`` (the spec's directory)."""
+        return self
+
     def names_own_images(self) -> bool:
         """Whether this config says which image every instance runs, whatever the dataset."""
         return self.image is not None
