@@ -17,6 +17,7 @@ from anyswe.errors import (
     ImageBuildError,
     ImageNotFound,
     InfraError,
+    InsufficientDisk,
     PlanError,
     ResultsError,
     RuntimeNotAvailable,
@@ -29,6 +30,7 @@ from anyswe.errors import (
 if TYPE_CHECKING:
     from anyswe.datasets import load_dataset
     from anyswe.experiment import Experiment
+    from anyswe.prepare import gold_check, prepare_dataset, prepare_images
     from anyswe.results.compare import compare_by, compare_cells, compare_runs
     from anyswe.results.tables import cell_table, instance_matrix, repo_table, task_frame
     from anyswe.sandbox import ExecResult, Sandbox, SandboxProvider, get_provider
@@ -52,6 +54,9 @@ _LAZY = {
     "Sandbox": "anyswe.sandbox",
     "SandboxProvider": "anyswe.sandbox",
     "get_provider": "anyswe.sandbox",
+    "prepare_dataset": "anyswe.prepare",
+    "prepare_images": "anyswe.prepare",
+    "gold_check": "anyswe.prepare",
 }
 
 __all__ = [
@@ -64,6 +69,7 @@ __all__ = [
     "ImageBuildError",
     "ImageNotFound",
     "InfraError",
+    "InsufficientDisk",
     "PlanError",
     "ResultsError",
     "RuntimeNotAvailable",
@@ -79,9 +85,12 @@ __all__ = [
     "compare_cells",
     "compare_runs",
     "get_provider",
+    "gold_check",
     "instance_matrix",
     "load_dataset",
     "load_spec",
+    "prepare_dataset",
+    "prepare_images",
     "repo_table",
     "task_frame",
 ]

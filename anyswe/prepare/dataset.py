@@ -48,6 +48,9 @@ class PreparedDataset:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 for row in self.rows:
                     fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for the scratch file, not the dataset
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
