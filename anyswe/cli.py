@@ -296,7 +296,8 @@ def diff(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per compared pair of cells.")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the paired bootstrap.")] = 0,
 ) -> None:
-    """Paired comparison: agreement, flips with instance ids, delta with bootstrap CI, exact McNemar p."""
+    """Paired comparison: agreement, flips with instance ids, delta with a bootstrap CI over instances,
+    and a paired p (exact McNemar; a sign-flip test by instance when there are several samples)."""
     from anyswe.results.compare import compare_by, compare_runs
     from anyswe.results.tables import task_frame
 

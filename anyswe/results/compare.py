@@ -2,7 +2,9 @@
 
 Each pair is scored only when neither side is masked (masked pairs are counted). Reported:
 agreement, the flips in each direction with their instance ids, the resolve-rate delta (B - A)
-with a paired bootstrap 95% interval, and the exact McNemar p-value on the discordant pairs.
+with a bootstrap 95% interval over instances, and a paired p-value: exact McNemar on the
+discordant pairs with one sample per instance, a sign-flip test on per-instance mean differences
+with several (samples of one instance are not independent).
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
 from anyswe.errors import ResultsError
-from anyswe.results.stats import mcnemar_exact, paired_bootstrap
+from anyswe.results.stats import cluster_bootstrap, mcnemar_exact, sign_flip_test
 from anyswe.sandbox import provider_rank
 
 if TYPE_CHECKING:
     import polars as pl
 
 PAIR_KEYS = ["instance_id", "sample"]
+_TEST_NAMES = {"mcnemar-exact": "McNemar", "sign-flip": "sign-flip (by instance)"}
 
 
 @dataclass
@@ -39,6 +42,10 @@ class Comparison:
     #: Instances whose two sides ran different images (by source image id): their verdicts may
     #: differ for that reason alone.
     image_mismatch: list[str] = field(default_factory=list)
+    #: Instances with at least one scored pair (the unit of the interval and test with several samples).
+    instances: int = 0
+    #: The paired test: "mcnemar-exact" (one sample per instance) or "sign-flip" (several).
+    test: str = "mcnemar-exact"
 
     @property
     def warnings(self) -> list[str]:
@@ -58,58 +65,74 @@ class Comparison:
         return (
             f"{self.a} vs {self.b}: {self.pairs} pairs ({self.masked_pairs} masked, {self.unpaired} unpaired), "
             f"agreement {self.agreement:.3f}, flips {fa} A-only / {fb} B-only, delta {self.delta:+.3f} "
-            f"[{self.ci_low:+.3f}, {self.ci_high:+.3f}], McNemar p={self.p_value:.4g}"
+            f"[{self.ci_low:+.3f}, {self.ci_high:+.3f}], {_TEST_NAMES.get(self.test, self.test)} p={self.p_value:.4g}"
         )
-
-
-def _label(row_id: str, sample: int, samples: int) -> str:
-    return row_id if samples <= 1 else f"{row_id}#s{sample}"
 
 
 def compare_frames(
     a: pl.DataFrame, b: pl.DataFrame, *, label_a: str, label_b: str, seed: int = 0, resamples: int = 10_000
 ) -> Comparison:
-    """Pair the task rows of two cells on (instance_id, sample) and compare them."""
+    """Pair the task rows of two cells on (instance_id, sample) and compare them.
+
+    With one sample per instance: the bootstrap over pairs and the exact McNemar test. With several,
+    the instance is the unit: the bootstrap resamples instances, and the paired test is a sign-flip
+    permutation test on per-instance mean differences (McNemar assumes independent pairs).
+    """
+    import polars as pl
+
     cols = [*PAIR_KEYS, "resolved", "mask_sample"]
     joined = a.select(cols).join(b.select(cols), on=PAIR_KEYS, how="full", suffix="_b", coalesce=True)
-    both = joined.filter(joined["resolved"].is_not_null() & joined["resolved_b"].is_not_null())
+    both = joined.filter(pl.col("resolved").is_not_null() & pl.col("resolved_b").is_not_null())
     unpaired = joined.height - both.height
-    masked = both.filter(both["mask_sample"] | both["mask_sample_b"])
-    scored = both.filter(~(both["mask_sample"] | both["mask_sample_b"])).sort(PAIR_KEYS)
-    ra = [int(x) for x in scored["resolved"]]
-    rb = [int(x) for x in scored["resolved_b"]]
-    samples = len(set(a["sample"].to_list()) | set(b["sample"].to_list()))
-    only_a = [
-        _label(i, s, samples)
-        for i, s, x, y in zip(scored["instance_id"], scored["sample"], ra, rb, strict=True)
-        if x and not y
-    ]
-    only_b = [
-        _label(i, s, samples)
-        for i, s, x, y in zip(scored["instance_id"], scored["sample"], ra, rb, strict=True)
-        if y and not x
-    ]
-    n = len(ra)
-    delta, low, high = paired_bootstrap(ra, rb, resamples=resamples, seed=seed)
-    mismatch = _image_mismatch(a, b)
+    is_masked = pl.col("mask_sample") | pl.col("mask_sample_b")
+    masked = both.filter(is_masked).height
+    scored = both.filter(~is_masked)
+    n = scored.height
+    several = bool(n) and scored.group_by("instance_id").len()["len"].max() > 1  # type: ignore[operator]
+    label = (
+        pl.concat_str(pl.col("instance_id"), pl.lit("#s"), pl.col("sample").cast(pl.Utf8))
+        if several
+        else pl.col("instance_id")
+    )
+
+    def flips(condition: pl.Expr) -> list[str]:
+        return scored.filter(condition).sort(PAIR_KEYS).select(label.alias("l"))["l"].to_list()
+
+    only_a = flips(pl.col("resolved") & ~pl.col("resolved_b"))
+    only_b = flips(pl.col("resolved_b") & ~pl.col("resolved"))
+    per = scored.group_by("instance_id").agg(
+        (pl.col("resolved_b").cast(pl.Int64) - pl.col("resolved").cast(pl.Int64)).sum().alias("s"),
+        pl.len().alias("n"),
+    )
+    sums, counts = per["s"].to_list(), per["n"].to_list()
+    delta, low, high = cluster_bootstrap(sums, counts, resamples=resamples, seed=seed)
+    if several:
+        means = [x / k for x, k in zip(sums, counts, strict=True)]
+        p_value, test = sign_flip_test(means, resamples=resamples, seed=seed), "sign-flip"
+    else:
+        p_value, test = mcnemar_exact(len(only_a), len(only_b)), "mcnemar-exact"
+    rate_a = float(scored["resolved"].cast(pl.Int64).sum()) / n if n else 0.0
+    rate_b = float(scored["resolved_b"].cast(pl.Int64).sum()) / n if n else 0.0
     return Comparison(
         a=label_a,
         b=label_b,
         pairs=n,
-        masked_pairs=masked.height,
+        masked_pairs=masked,
         unpaired=unpaired,
         agreement=(n - len(only_a) - len(only_b)) / n if n else 1.0,
-        rate_a=sum(ra) / n if n else 0.0,
-        rate_b=sum(rb) / n if n else 0.0,
+        rate_a=rate_a,
+        rate_b=rate_b,
         delta=delta,
         ci_low=low,
         ci_high=high,
-        p_value=mcnemar_exact(len(only_a), len(only_b)),
+        p_value=p_value,
         flips={
             "resolved_only_in_a": {"count": len(only_a), "instance_ids": only_a},
             "resolved_only_in_b": {"count": len(only_b), "instance_ids": only_b},
         },
-        image_mismatch=mismatch,
+        image_mismatch=_image_mismatch(a, b),
+        instances=per.height,
+        test=test,
     )
 
 

@@ -262,7 +262,8 @@ def render_report(run_dir: str | Path) -> str:
 {rate_chart(cells)}
 <h2>Docker vs apptainer</h2>
 <p>Pairs of the same agent, model, instance and sample; delta is B - A with a paired bootstrap 95% interval;
-p is the exact McNemar test.</p>
+p is the exact McNemar test with one sample per instance; with several, the interval resamples instances and p is a
+sign-flip test on per-instance mean differences (samples of one instance are not independent).</p>
 {_comparisons(comparisons)}
 <h2>Resolve rate per repo</h2>
 {_heatmap(repo_table(tasks).to_dicts())}

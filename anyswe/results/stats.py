@@ -1,4 +1,12 @@
-"""Small, exact statistics for resolve rates: Wilson intervals, paired bootstrap, exact McNemar."""
+"""Small, exact statistics for resolve rates: Wilson intervals, paired bootstrap, exact McNemar, and
+their clustered forms for several samples per instance.
+
+Samples of one instance are correlated (an easy instance is resolved in most samples on both
+sides), so with several samples the *instance* is the unit: the bootstrap resamples instances and
+the paired test flips the sign of per-instance mean differences. Both work from per-instance
+aggregates (sum of differences, number of pairs), never from a resamples x pairs matrix, so their
+cost grows with the number of instances, not of rows.
+"""
 
 from __future__ import annotations
 
@@ -47,3 +55,56 @@ def paired_bootstrap(
     alpha = (1 - level) / 2
     low, high = np.quantile(means, [alpha, 1 - alpha])
     return float(diff.mean()), float(low), float(high)
+
+
+def cluster_bootstrap(
+    sums: Sequence[float],
+    counts: Sequence[int],
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+    level: float = 0.95,
+    chunk: int = 1000,
+) -> tuple[float, float, float]:
+    """(delta, low, high) for clustered pairs: ``sums[i]`` is the sum of (b - a) over instance i's
+    pairs, ``counts[i]`` their number. Instances are resampled with replacement (``chunk`` resamples
+    at a time, as index draws), and each resample's delta is its pooled mean difference."""
+    import numpy as np
+
+    s = np.asarray(sums, dtype=float)
+    n = np.asarray(counts, dtype=float)
+    if len(s) != len(n):
+        raise ValueError("sums and counts must have the same length")
+    if len(s) == 0 or n.sum() == 0:
+        return 0.0, 0.0, 0.0
+    rng = np.random.default_rng(seed)
+    m = len(s)
+    deltas = np.empty(resamples)
+    for start in range(0, resamples, chunk):
+        k = min(chunk, resamples - start)
+        idx = rng.integers(0, m, size=(k, m), dtype=np.int32)
+        deltas[start : start + k] = s[idx].sum(axis=1) / np.maximum(n[idx].sum(axis=1), 1.0)
+    alpha = (1 - level) / 2
+    low, high = np.quantile(deltas, [alpha, 1 - alpha])
+    return float(s.sum() / n.sum()), float(low), float(high)
+
+
+def sign_flip_test(diffs: Sequence[float], *, resamples: int = 10_000, seed: int = 0, chunk: int = 1000) -> float:
+    """Two-sided paired permutation p-value for per-instance mean differences ``diffs`` (exact up to
+    16 non-zero instances, Monte Carlo with ``resamples`` sign patterns beyond)."""
+    import numpy as np
+
+    d = np.asarray([x for x in diffs if x != 0], dtype=float)
+    if len(d) == 0:
+        return 1.0
+    observed = abs(d.sum()) - 1e-12
+    if len(d) <= 16:
+        signs = ((np.arange(2 ** len(d))[:, None] >> np.arange(len(d))) & 1) * 2 - 1
+        return float(np.mean(np.abs(signs @ d) >= observed))
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for start in range(0, resamples, chunk):
+        k = min(chunk, resamples - start)
+        signs = rng.integers(0, 2, size=(k, len(d))) * 2 - 1
+        hits += int(np.sum(np.abs(signs @ d) >= observed))
+    return (hits + 1) / (resamples + 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -104,3 +105,87 @@ def test_tables() -> None:
     assert repos["x"]["resolve_rate"] == 0.5 and repos["y"]["scored"] == 1
     m = instance_matrix(tasks)
     assert m.columns == ["instance_id", "g.d"] and m["g.d"].to_list() == [1.0, 0.0, None, 1.0]
+
+
+def _simulate(rng: Any, instances: int, samples: int, shift: float, spread: float) -> tuple[Any, Any, Any]:
+    """Per-instance pairs: A resolves with p_i, B with p_i moved by N(shift, spread) (clipped):
+    samples of one instance share p_i, so they are correlated."""
+    import numpy as np
+
+    p_a = rng.beta(0.6, 0.8, size=instances)
+    p_b = np.clip(p_a + rng.normal(shift, spread, size=instances), 0, 1)
+    a = rng.random((instances, samples)) < p_a[:, None]
+    b = rng.random((instances, samples)) < p_b[:, None]
+    return a.astype(int), b.astype(int), p_b - p_a
+
+
+def test_clustered_interval_covers_a_known_difference_and_the_naive_one_does_not() -> None:
+    import numpy as np
+
+    from anyswe.results.stats import cluster_bootstrap
+
+    rng = np.random.default_rng(7)
+    # The population difference (instances drawn afresh each replicate), by a large draw.
+    big = rng.beta(0.6, 0.8, size=2_000_000)
+    true_delta = float(np.mean(np.clip(big + rng.normal(0.05, 0.25, size=big.size), 0, 1) - big))
+    clustered = naive = 0
+    replicates = 300
+    for r in range(replicates):
+        a, b, _ = _simulate(rng, instances=100, samples=8, shift=0.05, spread=0.25)
+        d = b - a
+        _, low, high = cluster_bootstrap(d.sum(axis=1), np.full(100, 8), resamples=1000, seed=r)
+        clustered += low <= true_delta <= high
+        _, low2, high2 = paired_bootstrap(a.ravel().tolist(), b.ravel().tolist(), resamples=1000, seed=r)
+        naive += low2 <= true_delta <= high2
+    print(f"coverage: clustered {clustered / replicates:.3f}, naive {naive / replicates:.3f}")
+    assert 0.90 <= clustered / replicates <= 0.99, clustered / replicates
+    assert naive / replicates < 0.85, naive / replicates  # pairs as if independent: too narrow
+
+
+def test_sign_flip_test_holds_its_level_where_mcnemar_over_samples_does_not() -> None:
+    import numpy as np
+
+    from anyswe.results.stats import sign_flip_test
+
+    rng = np.random.default_rng(11)
+    flip_rejects = mcnemar_rejects = 0
+    replicates = 300
+    for r in range(replicates):
+        # Exchangeable sides: each instance's two rates drawn alike around a shared difficulty.
+        q = rng.beta(0.6, 0.8, size=60)
+        p_a, p_b = (np.clip(q + rng.normal(0, 0.25, size=60), 0, 1) for _ in range(2))
+        a = (rng.random((60, 8)) < p_a[:, None]).astype(int)
+        b = (rng.random((60, 8)) < p_b[:, None]).astype(int)
+        flip_rejects += sign_flip_test((b - a).mean(axis=1), resamples=2000, seed=r) < 0.05
+        only_a, only_b = int(((a == 1) & (b == 0)).sum()), int(((b == 1) & (a == 0)).sum())
+        mcnemar_rejects += mcnemar_exact(only_a, only_b) < 0.05
+    print(f"level 0.05: sign-flip {flip_rejects / replicates:.3f}, McNemar {mcnemar_rejects / replicates:.3f}")
+    assert flip_rejects / replicates <= 0.09, flip_rejects / replicates
+    assert mcnemar_rejects / replicates > 0.15, mcnemar_rejects / replicates
+
+
+def test_sign_flip_is_exact_for_few_instances() -> None:
+    from anyswe.results.stats import sign_flip_test
+
+    # Three instances all better in B: 2 of the 8 sign patterns are as extreme, p = 1/4.
+    assert sign_flip_test([0.5, 1.0, 0.25]) == pytest.approx(0.25)
+    assert sign_flip_test([0.0, 0.0]) == 1.0
+
+
+def test_several_samples_compare_by_instance() -> None:
+    import polars as pl
+
+    rows = []
+    for i in range(30):
+        for s in range(4):
+            for provider, resolved in (("docker", i % 2 == 0), ("apptainer", i % 3 == 0)):
+                rows.append(
+                    {"cell": f"g.none.{provider}", "agent": "g", "model": None, "provider": provider,
+                     "provider_type": provider, "instance_id": f"i{i}", "sample": s, "resolved": resolved,
+                     "mask_sample": False}
+                )  # fmt: skip
+    tasks = pl.DataFrame(rows)
+    (c,) = compare_by(tasks, "provider")
+    assert c.test == "sign-flip" and c.instances == 30 and c.pairs == 120
+    assert c.flips["resolved_only_in_a"]["instance_ids"][0].endswith("#s0")
+    assert c.ci_low < c.delta < c.ci_high and "sign-flip (by instance)" in str(c)
