@@ -31,6 +31,10 @@ lint:
 gc:
     uv run anyswe gc
 
-# Benchmarks (figures, never pass/fail).
-bench:
+# Benchmarks (figures, never pass/fail; docs/performance.md records them).
+bench: setup
     uv run python bench/regrade_corpus.py
+    uv run python bench/tables.py
+    uv run python bench/overhead.py
+    uv run python bench/concurrency.py
+    uv run python bench/footprint.py

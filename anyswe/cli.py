@@ -172,6 +172,10 @@ def apply(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run directory (default: runs/<name>).")] = None,
     set_: SetOpt = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-j", min=1)] = None,
+    executor: Annotated[
+        str | None, typer.Option("--executor", help="local (default) or ray: spread tasks over a Ray cluster.")
+    ] = None,
+    address: Annotated[str | None, typer.Option("--address", help="Ray cluster address (host:port, or auto).")] = None,
 ) -> None:
     """Run every task of a spec not already finished in its run directory (re-apply to resume)."""
     from anyswe._sync import run_sync
@@ -182,7 +186,7 @@ def apply(
         exp = Experiment.load(spec, overrides=set_ or (), run_dir=out)
         _warn(exp.planned.warnings)
         with _stop_signals_interrupt() as received:
-            summary = run_sync(exp.run_async(concurrency=concurrency))
+            summary = run_sync(exp.run_async(concurrency=concurrency, executor=executor, address=address))
     except AnysweError as exc:
         _fail(exc)
     except KeyboardInterrupt:

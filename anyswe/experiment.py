@@ -41,12 +41,32 @@ class Experiment:
 
         return pl.DataFrame([t.row() for t in self.planned.tasks])
 
-    async def run_async(self, *, concurrency: int | None = None, progress: bool = True) -> RunSummary:
-        return await execute(self.planned, self.run_dir, concurrency=concurrency, progress=progress)
+    async def run_async(
+        self,
+        *,
+        concurrency: int | None = None,
+        progress: bool = True,
+        executor: str | None = None,
+        address: str | None = None,
+    ) -> RunSummary:
+        return await execute(
+            self.planned, self.run_dir, concurrency=concurrency, progress=progress, executor=executor, address=address
+        )
 
-    def run(self, *, concurrency: int | None = None, progress: bool = True) -> RunSummary:
-        """Run every task not yet done in the run directory (works inside Jupyter's event loop too)."""
-        return run_sync(self.run_async(concurrency=concurrency, progress=progress))
+    def run(
+        self,
+        *,
+        concurrency: int | None = None,
+        progress: bool = True,
+        executor: str | None = None,
+        address: str | None = None,
+    ) -> RunSummary:
+        """Run every task not yet done in the run directory (works inside Jupyter's event loop too).
+
+        ``executor`` is ``local`` (the default, or the spec's ``executor.type``) or ``ray``, with the
+        cluster's ``address`` (``auto``: the one running on this machine).
+        """
+        return run_sync(self.run_async(concurrency=concurrency, progress=progress, executor=executor, address=address))
 
     def results(self) -> pl.DataFrame:
         """One row per task (its latest attempt)."""

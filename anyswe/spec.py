@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -81,6 +81,17 @@ class RetrySpec(_Strict):
     backoff: float = Field(default=10.0, ge=0, description="Seconds before the second attempt, doubling after.")
 
 
+class ExecutorSpec(_Strict):
+    """Where tasks run: in this process (local), or spread over a Ray cluster (ray)."""
+
+    type: Literal["local", "ray"] = "local"
+    address: str | None = Field(
+        default=None,
+        description="Ray: the cluster to join (host:port, or 'auto' for the one on this machine); "
+        "none starts a Ray instance on this machine.",
+    )
+
+
 class GradingSpec(_Strict):
     harness: str | None = Field(
         default=None,
@@ -103,7 +114,8 @@ class Spec(_Strict):
     timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
     grading: GradingSpec = Field(default_factory=GradingSpec)
     retries: RetrySpec = Field(default_factory=RetrySpec)
-    concurrency: int = Field(default=4, ge=1, description="Tasks in flight at once.")
+    concurrency: int = Field(default=4, ge=1, description="Tasks in flight at once (local executor).")
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
     output_dir: Path | None = Field(default=None, description="Run directory; default runs/<name>.")
 
     @model_validator(mode="after")

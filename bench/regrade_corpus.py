@@ -1,51 +1,61 @@
-"""Benchmark: time to regrade the shared corpus of real SWE-bench logs, per log.
+"""Benchmark: `anyswe regrade` over the shared corpus of real SWE-bench logs, against a plain script
+calling swebench 4.1.0's own `get_eval_report` on the same logs (bench/plain_swebench_regrade.py).
 
-Prints figures, never asserts: the machines are shared and noisy. The baseline, measured in the
-same run, is reading every log from disk, so the ratio says what grading costs on top of I/O.
+Both run as whole processes (start-up and imports included), alternating A B A B, and the ratio is
+taken pair by pair; peak memory is each child's own. Prints figures; never asserts.
 
-    uv run python bench/regrade_corpus.py [--repeat 3]
+    uv run python bench/regrade_corpus.py [--runs 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from anyswe.datasets import load_dataset
-from anyswe.grading.regrade import log_dirs, regrade
-
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "swebench"
+BIN = Path(sys.executable).parent
+
+
+def timed(argv: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS MB) of one whole process."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    if status != 0:
+        raise SystemExit(f"{argv[0]} failed (status {status})")
+    return wall, usage.ru_maxrss / 1024
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--data", type=Path, default=SHARED)
     args = parser.parse_args()
-
-    ds = load_dataset("princeton-nlp/SWE-bench_Verified", args.data / "verified.jsonl")
-    logs = log_dirs(args.data / "corpus" / "logs")
-    list(regrade(ds, args.data / "corpus" / "logs"))  # warm-up: imports, parser registration, page cache
-
-    read_times, grade_times = [], []
-    for _ in range(args.repeat):
-        t = time.perf_counter()
-        for d in logs:
-            (d / "test_output.txt").read_text(errors="replace")
-        read_times.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        results = list(regrade(ds, args.data / "corpus" / "logs"))
-        grade_times.append(time.perf_counter() - t)
-    n = len(logs)
-    read_ms = statistics.median(read_times) / n * 1000
-    grade_ms = statistics.median(grade_times) / n * 1000
-    errors = sum("error" in r for r in results)
-    print(f"logs: {n} (errors: {errors}), repeats: {args.repeat}")
-    print(f"baseline (read log):     {read_ms:8.3f} ms/log")
-    print(f"regrade (swebench 4.1.0): {grade_ms:8.3f} ms/log   total {statistics.median(grade_times):.2f} s")
-    print(f"ratio regrade/baseline:  {grade_ms / read_ms:8.1f}x")
+    ours = [
+        str(BIN / "anyswe"),
+        "regrade",
+        str(args.data / "verified.jsonl"),
+        str(args.data / "corpus" / "logs"),
+        "--json",
+    ]
+    plain = [sys.executable, str(Path(__file__).with_name("plain_swebench_regrade.py")), str(args.data)]
+    timed(ours), timed(plain)  # warm-up: page cache, bytecode
+    a, b = [], []
+    for _ in range(args.runs):
+        a.append(timed(ours))
+        b.append(timed(plain))
+    logs = len((args.data / "corpus" / "manifest.jsonl").read_text().splitlines())
+    med = statistics.median
+    print(f"logs: {logs}, runs: {args.runs} each, alternating")
+    print(f"anyswe regrade:        {med(x for x, _ in a):6.2f} s  peak {med(m for _, m in a):5.0f} MB")
+    print(f"plain swebench script: {med(x for x, _ in b):6.2f} s  peak {med(m for _, m in b):5.0f} MB")
+    print(f"ratio anyswe/plain:    {med(x / y for (x, _), (y, _) in zip(a, b, strict=True)):6.2f}x (median of pairs)")
 
 
 if __name__ == "__main__":

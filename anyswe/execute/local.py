@@ -14,10 +14,12 @@ import asyncio
 import dataclasses
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from anyswe.errors import AnysweError, ResultsError
+from anyswe.errors import AnysweError, PlanError, ResultsError
 from anyswe.execute import models
 from anyswe.execute.progress import Progress, make_progress
 from anyswe.execute.task import failed_output
@@ -90,9 +92,12 @@ def _write(store: RunStore, output: TaskOutput) -> None:
 class _Driver:
     """One apply: launches units under the concurrency bound, retries infra errors, records outputs."""
 
-    def __init__(self, plan: Plan, store: RunStore, worker: Worker, concurrency: int, progress: bool) -> None:
+    def __init__(self, plan: Plan, store: RunStore, worker: Runner, concurrency: int, progress: bool) -> None:
         self.plan, self.store, self.worker = plan, store, worker
         self.slots = asyncio.Semaphore(concurrency)
+        # Recording (files, an fsynced row) runs in a thread, one at a time: the event loop keeps
+        # serving the other tasks and the gateway meanwhile, and rows never interleave.
+        self._recording = asyncio.Lock()
         self.progress = progress
         self.resolved = self.errors = 0
         self.kinds: dict[str, int] = {}
@@ -109,7 +114,13 @@ class _Driver:
                 output = await self.worker.run(unit)
                 if gateway is not None and token is not None:
                     output = models.settle(output, gateway.revoke(token), task_dir, unit.model)
-        record(self.store, output)
+        async with self._recording:
+            writing = asyncio.ensure_future(asyncio.to_thread(record, self.store, output))
+            try:
+                await asyncio.shield(writing)
+            except asyncio.CancelledError:
+                await writing  # a finished task's row is written before the run stops (and its store closes)
+                raise
         return output
 
     async def one(self, unit: WorkUnit, gateway: Gateway | None, bar: Progress) -> None:
@@ -149,26 +160,59 @@ def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
-async def execute(plan: Plan, run_dir: Path, *, concurrency: int | None = None, progress: bool = True) -> RunSummary:
-    """Run every task of ``plan`` not already done in ``run_dir``."""
+async def execute(
+    plan: Plan,
+    run_dir: Path,
+    *,
+    concurrency: int | None = None,
+    progress: bool = True,
+    executor: str | None = None,
+    address: str | None = None,
+) -> RunSummary:
+    """Run every task of ``plan`` not already done in ``run_dir``, here (``local``) or on Ray (``ray``)."""
+    kind = executor or plan.spec.executor.type
     with RunStore(run_dir) as store:
         store.write_text("spec.yaml", plan.spec.resolved_yaml())
         store.write_text("plan.json", json.dumps(plan.to_json(), indent=1) + "\n")
         run_id = uuid.uuid4().hex[:12]
         units = pending_units(plan, store, run_id)
-        worker = Worker()
-        await worker.check(units)
-        await worker.collect_orphans({t.key for t in plan.tasks})
-        driver = _Driver(plan, store, worker, concurrency or plan.spec.concurrency, progress)
+        local_bound = concurrency or plan.spec.concurrency
+        runner = _runner(kind, address or plan.spec.executor.address, {u.provider.type: local_bound for u in units})
+        await runner.check(units)
+        await runner.collect_orphans({t.key for t in plan.tasks})
+        # On Ray the nodes' advertised resources bound what runs at once; the driver only waits.
+        bound = local_bound if kind == "local" else max(1, len(units))
+        driver = _Driver(plan, store, runner, bound, progress)
         finished = False
         try:
             await driver.run(units)
             finished = True
         finally:
-            await asyncio.shield(worker.sweep(run_id))
+            await asyncio.shield(runner.sweep(run_id))
+            runner.close()
             _summarise(store, run_dir, raise_errors=finished)
     done = len(plan.tasks) - len(units)
     return RunSummary(run_dir, len(plan.tasks), done, len(units), driver.resolved, driver.errors, driver.kinds)
+
+
+class Runner(Protocol):
+    """What runs units for the driver: the in-process :class:`Worker`, or the Ray runner."""
+
+    async def check(self, units: Iterable[WorkUnit]) -> None: ...
+    async def run(self, unit: WorkUnit) -> TaskOutput: ...
+    async def collect_orphans(self, task_keys: set[str]) -> list[str]: ...
+    async def sweep(self, run_id: str) -> list[str]: ...
+    def close(self) -> None: ...
+
+
+def _runner(kind: str, address: str | None, local_resources: dict[str, float]) -> Runner:
+    if kind == "local":
+        return Worker()
+    if kind == "ray":
+        from anyswe.execute.ray import RayRunner
+
+        return RayRunner(address, local_resources=local_resources)
+    raise PlanError(f"unknown executor {kind!r}: local or ray")
 
 
 def _summarise(store: RunStore, run_dir: Path, *, raise_errors: bool) -> None:

@@ -18,10 +18,11 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import shutil
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -159,16 +160,31 @@ async def grade(unit: WorkUnit, provider: SandboxProvider[Any], image: str, harn
     if not patch.strip():
         return empty_patch_verdict(unit.instance, harness)
     request = SandboxRequest(image, run_id=unit.run_id, task_id=unit.key, phase="grading")
-    async with provider.sandbox(request) as grader:
-        return await grade_patch(grader, unit.instance, harness, patch, timeout=unit.grading_timeout)
+    grader = await provider.start(request)
+    with _stopped_on_failure(grader):
+        verdict = await grade_patch(grader, unit.instance, harness, patch, timeout=unit.grading_timeout)
+    provider.stop_later(grader)  # the verdict is in; the runtime's teardown is off the task's path
+    return verdict
 
 
 @contextlib.contextmanager
-def _state_dir() -> Iterator[Path]:
-    """A per-task host directory for the agent's own state, removed with the task."""
-    with tempfile.TemporaryDirectory(prefix="anyswe-agent-") as tmp:
-        os.chmod(tmp, 0o777)  # the image's user may not be root
-        yield Path(tmp)
+def _stopped_on_failure(sandbox: Sandbox[Any], cleanup: Callable[[], None] | None = None) -> Iterator[None]:
+    """On an error or a cancellation, remove the sandbox before going on (as ``async with`` would);
+    on success the caller hands it to ``stop_later``."""
+    try:
+        yield
+    except BaseException:
+        # A synchronous context manager cannot await: the removal runs as its own task, which the
+        # run's sweep waits for (and a cancellation cannot interrupt).
+        sandbox.provider.stop_later(sandbox, cleanup)
+        raise
+
+
+def _state_dir() -> Path:
+    """A per-task host directory for the agent's own state (removed once its sandbox is gone)."""
+    tmp = tempfile.mkdtemp(prefix="anyswe-agent-")
+    os.chmod(tmp, 0o777)  # the image's user may not be root
+    return Path(tmp)
 
 
 # -- the task -------------------------------------------------------------------------------------
@@ -188,13 +204,20 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
         provider, agent, harness = worker.provider(unit), worker.agent(unit), get_harness(unit.harness)
         image = await trace.timed("time_image", worker.images.image_for(provider, unit.image, unit.instance))
         provenance = await worker.images.provenance(provider, image)
-        with _state_dir() as state_dir:
+        state_dir = _state_dir()
+        remove_state = functools.partial(shutil.rmtree, state_dir, True)
+        try:
             request = SandboxRequest(image, run_id=unit.run_id, task_id=unit.key, phase="agent")
             # An agent may need more of its sandbox (its bundle, the gateway): building a bundle takes a while.
             request = await asyncio.to_thread(agent.sandbox_request, request, model=unit.endpoint, state_dir=state_dir)
             sandbox = await trace.timed("time_sandbox_start", provider.start(request))
-            async with sandbox:
-                run, patch = await work(unit, agent, harness, sandbox, trace, state_dir)
+        except BaseException:
+            remove_state()
+            raise
+        with _stopped_on_failure(sandbox, remove_state):
+            run, patch = await work(unit, agent, harness, sandbox, trace, state_dir)
+        # The grading sandbox starts while the agent's is being removed.
+        provider.stop_later(sandbox, remove_state)
         verdict = await trace.timed("time_grading", grade(unit, provider, image, harness, patch))
     except InfraError as exc:
         trace.error_kind, trace.error = "infra", f"{type(exc).__name__}: {exc}"

@@ -57,6 +57,15 @@ class Worker:
             lambda labels: labels.get(LABEL_TASK) in task_keys and not owner_alive(labels.get(LABEL_OWNER))
         )
 
+    def close(self) -> None:
+        """Nothing to release: sandboxes are removed by their tasks and by ``sweep``."""
+
+    async def collect_orphans_of_run(self, run_id: str) -> list[str]:
+        """Remove sandboxes of ``run_id`` whose owner died (a remote worker process killed with its node)."""
+        return await self._remove_where(
+            lambda labels: labels.get(LABEL_RUN) == run_id and not owner_alive(labels.get(LABEL_OWNER))
+        )
+
     async def sweep(self, run_id: str) -> list[str]:
         """Remove what is left of this process's sandboxes of ``run_id``; their names.
 
@@ -70,6 +79,8 @@ class Worker:
         )
 
     async def _remove_where(self, match: Callable[[dict[str, str]], bool]) -> list[str]:
+        # Removals still under way in the background are waited for first: they are not leftovers.
+        await asyncio.gather(*(p.drain() for p in self._providers.values()))
         removed = []
         for provider in self._providers.values():
             try:

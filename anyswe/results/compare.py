@@ -100,15 +100,9 @@ def compare_frames(
 
     only_a = flips(pl.col("resolved") & ~pl.col("resolved_b"))
     only_b = flips(pl.col("resolved_b") & ~pl.col("resolved"))
-    per = scored.group_by("instance_id").agg(
-        (pl.col("resolved_b").cast(pl.Int64) - pl.col("resolved").cast(pl.Int64)).sum().alias("s"),
-        pl.len().alias("n"),
-    )
-    sums, counts = per["s"].to_list(), per["n"].to_list()
-    delta, low, high = cluster_bootstrap(sums, counts, resamples=resamples, seed=seed)
+    delta, low, high, instances = _interval(scored, resamples=resamples, seed=seed)
     if several:
-        means = [x / k for x, k in zip(sums, counts, strict=True)]
-        p_value, test = sign_flip_test(means, resamples=resamples, seed=seed), "sign-flip"
+        p_value, test = sign_flip_test(_instance_means(scored), resamples=resamples, seed=seed), "sign-flip"
     else:
         p_value, test = mcnemar_exact(len(only_a), len(only_b)), "mcnemar-exact"
     rate_a = float(scored["resolved"].cast(pl.Int64).sum()) / n if n else 0.0
@@ -131,9 +125,31 @@ def compare_frames(
             "resolved_only_in_b": {"count": len(only_b), "instance_ids": only_b},
         },
         image_mismatch=_image_mismatch(a, b),
-        instances=per.height,
+        instances=instances,
         test=test,
     )
+
+
+def _per_instance(scored: pl.DataFrame) -> pl.DataFrame:
+    """Per instance: ``s``, the sum of (b - a) over its scored pairs, and ``n``, their number."""
+    import polars as pl
+
+    return scored.group_by("instance_id").agg(
+        (pl.col("resolved_b").cast(pl.Int64) - pl.col("resolved").cast(pl.Int64)).sum().alias("s"),
+        pl.len().alias("n"),
+    )
+
+
+def _interval(scored: pl.DataFrame, *, resamples: int, seed: int) -> tuple[float, float, float, int]:
+    """(delta, low, high, instances): the bootstrap over instances (over pairs when each has one)."""
+    per = _per_instance(scored)
+    delta, low, high = cluster_bootstrap(per["s"].to_list(), per["n"].to_list(), resamples=resamples, seed=seed)
+    return delta, low, high, per.height
+
+
+def _instance_means(scored: pl.DataFrame) -> list[float]:
+    per = _per_instance(scored)
+    return [s / n for s, n in zip(per["s"].to_list(), per["n"].to_list(), strict=True)]
 
 
 def _image_mismatch(a: pl.DataFrame, b: pl.DataFrame) -> list[str]:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -46,6 +46,28 @@ class SandboxProvider(ABC, Generic[C]):
         self.config = config
         self.slots = Slots(config.concurrency)
         self._workdirs: dict[str, str] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
+
+    def stop_later(self, sandbox: Sandbox[Any], then: Callable[[], None] | None = None) -> None:
+        """Remove ``sandbox`` in the background (then call ``then``): a task's result need not wait for
+        the runtime's teardown (an apptainer ``instance stop`` takes over a second). Its concurrency
+        slot stays taken until it is gone; :meth:`drain` waits for every removal still under way."""
+
+        async def stop() -> None:
+            try:
+                await sandbox.stop()
+            finally:
+                if then is not None:
+                    then()
+
+        task = asyncio.get_running_loop().create_task(stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+    async def drain(self) -> None:
+        """Wait until every background removal has finished (errors are the runtime's gc's business)."""
+        while self._stopping:
+            await asyncio.gather(*list(self._stopping), return_exceptions=True)
 
     @abstractmethod
     async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> None:

@@ -1,0 +1,108 @@
+"""The Ray runner: each unit of work runs as a Ray task on a node that has its sandbox provider.
+
+Nodes advertise what they can run as custom resources named after provider types, with their
+concurrency as the amount (``ray start --resources='{"docker": 8, "apptainer": 4}'``); a unit asks
+for one of its provider's type and no CPU, so Ray places it on such a node and never runs more
+there at once than advertised. The node resolves images and SIFs itself (``run_unit``: a fresh
+worker per unit) and sends back the :class:`TaskOutput`; only the driver writes the run directory,
+so resume and exactly-once recording are the local executor's. A task whose node or worker process
+dies is run again elsewhere by Ray (``max_retries``); the driver still records one output for it.
+
+Model cells need the model gateway, which listens on the driver's machine: those run on Ray only
+when every node is this machine (a single-host cluster); a multi-host gateway is not there yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from anyswe.errors import RuntimeNotAvailable
+from anyswe.execute.task import failed_output
+from anyswe.execute.worker import Worker, run_unit
+
+if TYPE_CHECKING:
+    from anyswe.execute.unit import TaskOutput, WorkUnit
+
+#: How often Ray runs a task again when its node or worker process dies (a task's own failure is
+#: its result, never a Ray failure).
+NODE_FAILURE_RETRIES = 3
+
+
+def _run_remote(unit: WorkUnit) -> TaskOutput:
+    return run_unit(unit)
+
+
+class RayRunner:
+    """Runs units on a Ray cluster; sandbox bookkeeping (orphans, sweep) on this machine's runtimes."""
+
+    def __init__(self, address: str | None = None, *, local_resources: dict[str, float] | None = None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise RuntimeNotAvailable(
+                "the ray executor needs Ray: install anyswe with the `ray` extra (uv sync --extra ray)"
+            ) from None
+        self._ray = ray
+        self.address = address
+        #: Without an address, Ray starts on this machine advertising these (provider type -> tasks at once).
+        self.local_resources = local_resources or {}
+        self._local = Worker()
+        self._remote: Any = None
+
+    def _connect(self) -> None:
+        ray = self._ray
+        if ray.is_initialized():
+            return
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves this machine
+        # `ray start` enables token authentication (the token in ~/.ray/auth_token); a driver must use it too.
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+        try:
+            extra: dict[str, Any] = {} if self.address else {"resources": self.local_resources}
+            ray.init(
+                address=self.address, log_to_driver=False, logging_level="WARNING", configure_logging=False, **extra
+            )
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise RuntimeNotAvailable(f"cannot join the Ray cluster at {self.address or 'auto'}: {exc}") from None
+        self._remote = ray.remote(_run_remote)
+
+    async def check(self, units: Iterable[WorkUnit]) -> None:
+        """Every provider type the units need is advertised by some node (else they would wait forever)."""
+        units = list(units)
+        for u in units:
+            self._local.provider(u)  # this machine's runtimes, for orphan collection
+        self._connect()  # in the main thread: Ray installs its signal handlers there
+        have = self._ray.cluster_resources()  # type: ignore[no-untyped-call]
+        missing = sorted({u.provider.type for u in units} - {k for k, v in have.items() if v >= 1})
+        if missing:
+            raise RuntimeNotAvailable(
+                f"no node of the Ray cluster advertises {', '.join(missing)}: start nodes with "
+                f"`ray start --resources='{{\"{missing[0]}\": N}}'` (N: tasks at once on that node)"
+            )
+
+    async def run(self, unit: WorkUnit) -> TaskOutput:
+        ref = self._remote.options(
+            num_cpus=0, resources={unit.provider.type: 1}, max_retries=NODE_FAILURE_RETRIES, retry_exceptions=False
+        ).remote(unit)
+        try:
+            output: TaskOutput = await asyncio.wrap_future(ref.future())
+        except asyncio.CancelledError:
+            # Ctrl-C: the node's process is interrupted, which tears its sandboxes down.
+            self._ray.cancel(ref, force=False)
+            raise
+        except Exception as exc:  # the node died more often than retried, or Ray itself failed
+            return failed_output(unit, "infra", f"{type(exc).__name__} on the Ray cluster: {exc}")
+        return output
+
+    async def collect_orphans(self, task_keys: set[str]) -> list[str]:
+        return await self._local.collect_orphans(task_keys)
+
+    async def sweep(self, run_id: str) -> list[str]:
+        # Sandboxes of a dead node's task on this machine: their owner (a Ray worker) is gone.
+        return await self._local.collect_orphans_of_run(run_id)
+
+    def close(self) -> None:
+        if self._ray.is_initialized():
+            self._ray.shutdown()

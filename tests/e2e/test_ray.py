@@ -1,0 +1,207 @@
+"""The Ray executor on a real two-node Ray cluster on this machine: a head advertising docker only and
+a second node advertising docker and apptainer (started with `ray start`). The demo spec gives the
+same results task by task as the local executor; a node killed mid-run still ends with every task
+recorded once and no sandbox left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("runtimes")
+
+ANYSWE = [sys.executable, "-m", "anyswe"]
+RAY = str(Path(sys.executable).parent / "ray")
+# Ray's token authentication (the token in ~/.ray/auth_token) for every process of the cluster.
+ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
+COMPARED = ("resolved", "patch_exists", "patch_applied", "exit_reason", "error_kind", "model_patch", "instance_id")
+
+
+@dataclass
+class Cluster:
+    address: str
+    head: subprocess.Popen[bytes]
+    worker: subprocess.Popen[bytes]
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    for pid in _descendants(proc.pid):
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def _start(*args: str) -> subprocess.Popen[bytes]:
+    common = [
+        "--node-ip-address",
+        "127.0.0.1",
+        "--num-cpus",
+        "1",
+        "--object-store-memory",
+        "100000000",
+        "--disable-usage-stats",
+        "--block",
+    ]
+    return subprocess.Popen(
+        [RAY, "start", *args, *common],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+@contextmanager
+def ray_cluster() -> Iterator[Cluster]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    head = _start("--head", "--port", str(port), "--include-dashboard=false", "--resources", '{"docker": 2}')
+    worker = None
+    try:
+        _wait_for_nodes(address, 1, head)
+        worker = _start("--address", address, "--resources", '{"docker": 1, "apptainer": 2}')
+        _wait_for_nodes(address, 2, head)
+        yield Cluster(address, head, worker)
+    finally:
+        if worker is not None and worker.poll() is None:
+            _kill_tree(worker)
+        _kill_tree(head)
+
+
+def _wait_for_nodes(address: str, n: int, head: subprocess.Popen[bytes]) -> None:
+    code = (
+        "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
+        "print(sum(1 for x in ray.nodes() if x['Alive']))"
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert head.poll() is None, "the Ray head exited"
+        r = subprocess.run([sys.executable, "-c", code, address], capture_output=True, text=True, env=ENV)
+        if r.returncode == 0 and r.stdout.strip().splitlines()[-1:] == [str(n)]:
+            return
+        time.sleep(1)
+    pytest.fail(f"the Ray cluster at {address} did not reach {n} nodes")
+
+
+def _spec(tmp_path: Path, name: str, providers: list[str], ids: list[str]) -> Path:
+    spec = {
+        "name": name,
+        "dataset": {"name": "demo", "instance_ids": ids},
+        "agents": {"gold": {"type": "gold"}, "noop": {"type": "noop"}},
+        "providers": {p: {"type": p} for p in providers},
+        "output_dir": str(tmp_path / name),
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def _rows(run_dir: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+
+
+def _apply(spec: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ANYSWE, "apply", str(spec), *extra], capture_output=True, text=True, env=ENV, timeout=1200)
+
+
+def test_ray_results_equal_the_local_executor_task_by_task(tmp_path: Path) -> None:
+    ids = ["demo__calc-1", "demo__settings-3", "demo__stack-8"]
+    local_spec = _spec(tmp_path, "local", ["docker", "apptainer"], ids)
+    r = _apply(local_spec)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ray_spec = tmp_path / "ray.yaml"
+    ray_spec.write_text(local_spec.read_text().replace(str(tmp_path / "local"), str(tmp_path / "ray")))
+    with ray_cluster() as cluster:
+        r = _apply(ray_spec, "--executor", "ray", "--address", cluster.address)
+    assert r.returncode == 0, r.stdout + r.stderr
+    local, remote = _rows(tmp_path / "local"), _rows(tmp_path / "ray")
+    assert len(remote) == len(local) == 12
+    by_key = {str(row["key"]): row for row in local}
+    assert {str(row["key"]) for row in remote} == set(by_key)  # same tasks, each recorded once
+    for row in remote:
+        assert {k: row[k] for k in COMPARED} == {k: by_key[str(row["key"])][k] for k in COMPARED}, row["key"]
+    assert sum(bool(row["resolved"]) for row in remote) == 6  # gold resolves on both backends
+    # Every artefact the local run wrote, the driver wrote for the Ray run too.
+    for row in remote:
+        task_dir = tmp_path / "ray" / "tasks" / str(row["key"])
+        assert (task_dir / "patch.diff").read_text() == row["model_patch"]
+
+
+def _sandboxes() -> dict[str, int]:
+    """This run's docker containers -> the pid that started each (its owner label)."""
+    r = subprocess.run(
+        ["docker", "ps", "-a", "--filter", "label=anyswe.managed", "--format", '{{.Names}} {{.Label "anyswe.owner"}}'],
+        capture_output=True,
+        text=True,
+    )
+    out = {}
+    for line in r.stdout.splitlines():
+        name, _, owner = line.partition(" ")
+        if owner and ":" in owner:
+            out[name] = int(owner.rsplit(":", 1)[1])
+    return out
+
+
+def test_a_node_killed_mid_run_still_records_every_task_once(tmp_path: Path) -> None:
+    ids = ["demo__calc-1", "demo__slug-2", "demo__settings-3", "demo__inventory-4", "demo__leap-5"]
+    spec = _spec(tmp_path, "killed", ["docker"], ids)
+    with ray_cluster() as cluster:
+        proc = subprocess.Popen(
+            [*ANYSWE, "apply", str(spec), "--executor", "ray", "--address", cluster.address],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
+        # Kill the second node while one of its processes owns a task's sandbox.
+        deadline = time.monotonic() + 300
+        killed = False
+        while time.monotonic() < deadline and proc.poll() is None:
+            node = set(_descendants(cluster.worker.pid))
+            if any(pid in node for pid in _sandboxes().values()):
+                _kill_tree(cluster.worker)
+                killed = True
+                break
+            time.sleep(0.2)
+        out, err = proc.communicate(timeout=900)
+    assert killed, "no task ran on the second node before the run ended"
+    assert proc.returncode == 0, out + err
+    rows = _rows(tmp_path / "killed")
+    keys = [str(r["key"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 10  # every task once: Ray re-ran the lost one elsewhere
+    assert sum(bool(r["resolved"]) for r in rows) == 5 and not any(r["error_kind"] for r in rows)
+    # The dead node's sandbox was collected by the driver (its owner is gone).
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=anyswe.run_id={rows[0]['run_id']}"], capture_output=True, text=True
+    )
+    assert left.stdout.strip() == ""
