@@ -22,7 +22,8 @@ def sleep_spec(
         "name": f"bench-{provider}-{concurrency}",
         "dataset": {"name": "demo", "instance_ids": [instance]},
         "agents": {"sleep": {"type": "bench.sleep_agent:SleepAgent", "seconds": seconds}},
-        "providers": {provider: {"type": provider, "concurrency": max(concurrency, 1)}},
+        # Two sandboxes per task in flight: one being removed in the background while the next starts.
+        "providers": {provider: {"type": provider, "concurrency": 2 * max(concurrency, 1)}},
         "samples": tasks,
         "concurrency": concurrency,
         "output_dir": str(work / f"run-{provider}-{concurrency}-{time.monotonic_ns()}"),
