@@ -114,14 +114,19 @@ class _Driver:
                 output = await self.worker.run(unit)
                 if gateway is not None and token is not None:
                     output = models.settle(output, gateway.revoke(token), task_dir, unit.model)
-        async with self._recording:
-            writing = asyncio.ensure_future(asyncio.to_thread(record, self.store, output))
-            try:
-                await asyncio.shield(writing)
-            except asyncio.CancelledError:
-                await writing  # a finished task's row is written before the run stops (and its store closes)
-                raise
+        # Waiting for the lock and writing are one task that a cancellation cannot interrupt: a
+        # finished task's row is written before the run stops (and before its store closes).
+        writing = asyncio.ensure_future(self._record(output))
+        try:
+            await asyncio.shield(writing)
+        except asyncio.CancelledError:
+            await writing
+            raise
         return output
+
+    async def _record(self, output: TaskOutput) -> None:
+        async with self._recording:
+            await asyncio.to_thread(record, self.store, output)
 
     async def one(self, unit: WorkUnit, gateway: Gateway | None, bar: Progress) -> None:
         retry = self.plan.spec.retries
@@ -178,21 +183,27 @@ async def execute(
         units = pending_units(plan, store, run_id)
         local_bound = concurrency or plan.spec.concurrency
         runner = _runner(kind, address or plan.spec.executor.address, {u.provider.type: local_bound for u in units})
-        await runner.check(units)
-        await runner.collect_orphans({t.key for t in plan.tasks})
         # On Ray the nodes' advertised resources bound what runs at once; the driver only waits.
         bound = local_bound if kind == "local" else max(1, len(units))
         driver = _Driver(plan, store, runner, bound, progress)
         finished = False
         try:
+            await runner.check(units)
+            await runner.collect_orphans({t.key for t in plan.tasks})
             await driver.run(units)
             finished = True
         finally:
-            await asyncio.shield(runner.sweep(run_id))
-            runner.close()
+            await asyncio.shield(_finish(runner, run_id))
             _summarise(store, run_dir, raise_errors=finished)
     done = len(plan.tasks) - len(units)
     return RunSummary(run_dir, len(plan.tasks), done, len(units), driver.resolved, driver.errors, driver.kinds)
+
+
+async def _finish(runner: Runner, run_id: str) -> None:
+    try:
+        await runner.sweep(run_id)
+    finally:
+        await runner.close()
 
 
 class Runner(Protocol):
@@ -202,7 +213,7 @@ class Runner(Protocol):
     async def run(self, unit: WorkUnit) -> TaskOutput: ...
     async def collect_orphans(self, task_keys: set[str]) -> list[str]: ...
     async def sweep(self, run_id: str) -> list[str]: ...
-    def close(self) -> None: ...
+    async def close(self) -> None: ...
 
 
 def _runner(kind: str, address: str | None, local_resources: dict[str, float]) -> Runner:

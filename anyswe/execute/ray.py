@@ -51,10 +51,14 @@ class RayRunner:
         self.local_resources = local_resources or {}
         self._local = Worker()
         self._remote: Any = None
+        self._joined_here = False  # a Ray the user (or a notebook) joined is theirs to leave
+        self._started_here = False
+        self._run_id = ""
 
     def _connect(self) -> None:
         ray = self._ray
-        if ray.is_initialized():
+        self._remote = ray.remote(_run_remote)
+        if ray.is_initialized():  # joined before (a notebook's own ray.init, an earlier run)
             return
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves this machine
         # `ray start` enables token authentication (the token in ~/.ray/auth_token); a driver must use it too.
@@ -66,7 +70,8 @@ class RayRunner:
             )
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise RuntimeNotAvailable(f"cannot join the Ray cluster at {self.address or 'auto'}: {exc}") from None
-        self._remote = ray.remote(_run_remote)
+        self._joined_here = True
+        self._started_here = self.address is None
 
     async def check(self, units: Iterable[WorkUnit]) -> None:
         """Every provider type the units need is advertised by some node (else they would wait forever)."""
@@ -76,6 +81,13 @@ class RayRunner:
         self._connect()  # in the main thread: Ray installs its signal handlers there
         have = self._ray.cluster_resources()  # type: ignore[no-untyped-call]
         missing = sorted({u.provider.type for u in units} - {k for k, v in have.items() if v >= 1})
+        nodes = self._ray.nodes()  # type: ignore[no-untyped-call]
+        hosts = {n.get("NodeManagerAddress") for n in nodes if n.get("Alive")}
+        if len(hosts) > 1 and any(u.model is not None for u in units):
+            raise RuntimeNotAvailable(
+                "model cells need the model gateway, which runs on this machine: on Ray they need every node "
+                f"on this machine (the cluster spans {len(hosts)} hosts); run them with the local executor"
+            )
         if missing:
             raise RuntimeNotAvailable(
                 f"no node of the Ray cluster advertises {', '.join(missing)}: start nodes with "
@@ -89,8 +101,10 @@ class RayRunner:
         try:
             output: TaskOutput = await asyncio.wrap_future(ref.future())
         except asyncio.CancelledError:
-            # Ctrl-C: the node's process is interrupted, which tears its sandboxes down.
+            # Ctrl-C: the node's process is interrupted, which tears its sandboxes down; wait (a while)
+            # for that before the driver sweeps and lets Ray go.
             self._ray.cancel(ref, force=False)
+            await asyncio.to_thread(self._ray.wait, [ref], timeout=60)
             raise
         except Exception as exc:  # the node died more often than retried, or Ray itself failed
             return failed_output(unit, "infra", f"{type(exc).__name__} on the Ray cluster: {exc}")
@@ -101,8 +115,13 @@ class RayRunner:
 
     async def sweep(self, run_id: str) -> list[str]:
         # Sandboxes of a dead node's task on this machine: their owner (a Ray worker) is gone.
+        self._run_id = run_id
         return await self._local.collect_orphans_of_run(run_id)
 
-    def close(self) -> None:
-        if self._ray.is_initialized():
+    async def close(self) -> None:
+        """Leave Ray; a Ray started here stops, and what its workers had not removed yet is collected."""
+        if self._joined_here and self._ray.is_initialized():
             self._ray.shutdown()
+            self._joined_here = False
+        if self._started_here and self._run_id:
+            await self._local.collect_orphans_of_run(self._run_id)

@@ -57,7 +57,7 @@ class Worker:
             lambda labels: labels.get(LABEL_TASK) in task_keys and not owner_alive(labels.get(LABEL_OWNER))
         )
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """Nothing to release: sandboxes are removed by their tasks and by ``sweep``."""
 
     async def collect_orphans_of_run(self, run_id: str) -> list[str]:

@@ -74,7 +74,12 @@ class ImageResolver:
         """``image``'s digests, asked once per worker (hashing a SIF of gigabytes takes seconds)."""
 
         async def make() -> Provenance:
-            return await provider.image_provenance(image)
+            from anyswe.sandbox.provider import Provenance
+
+            try:
+                return await provider.image_provenance(image)
+            except Exception:  # provenance is a record, never a reason for a task to fail
+                return Provenance()
 
         key = ("provenance", provider.name, image)
         fut = self._provenance.get(key)

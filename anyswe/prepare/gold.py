@@ -102,8 +102,9 @@ async def gold_check_async(
     rows = [r for r in latest_attempts(read_results(exp.run_dir / "results.jsonl")) if r.key in planned]
     failing: dict[str, dict[str, list[str]]] = {}
     for r in rows:
-        if r.error_kind in ("infra", "internal"):
-            verdict = f"error: {r.error_kind}"
+        if r.error_kind in ("infra", "internal", "grading") or r.mask_sample:
+            # No verdict on the instance: the infrastructure, the grader or a timeout got in the way.
+            verdict = f"error: {r.error_kind or 'masked (timeout)'}"
         elif r.resolved:
             verdict = "resolved"
         else:

@@ -163,10 +163,12 @@ async def _build(job: ImageJob) -> None:
 
 
 def remove_stale_parts(directory: Path) -> list[str]:
-    """Half-built SIFs (``*.part-<pid>``) of processes no longer alive: a killed prepare left them."""
+    """Half-built SIFs (``*.part-<pid>``) and their docker archives (``*.work-<pid>``) of processes no
+    longer alive: a killed prepare left them."""
     removed = []
-    for part in directory.glob("*.part-*") if directory.is_dir() else []:
-        pid = part.name.rsplit(".part-", 1)[-1].split(".")[0]
+    found = [*directory.glob("*.part-*"), *directory.glob("*.work-*")] if directory.is_dir() else []
+    for part in found:
+        pid = part.name.rsplit("-", 1)[-1]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             with contextlib.suppress(OSError):
                 if part.is_dir():

@@ -101,8 +101,9 @@ def compare_frames(
     only_a = flips(pl.col("resolved") & ~pl.col("resolved_b"))
     only_b = flips(pl.col("resolved_b") & ~pl.col("resolved"))
     delta, low, high, instances = _interval(scored, resamples=resamples, seed=seed)
-    if several:
-        p_value, test = sign_flip_test(_instance_means(scored), resamples=resamples, seed=seed), "sign-flip"
+    if several:  # per-instance *sums*: the pooled delta the interval is about, masked pairs or not
+        p_value = sign_flip_test(_per_instance(scored)["s"].to_list(), resamples=resamples, seed=seed)
+        test = "sign-flip"
     else:
         p_value, test = mcnemar_exact(len(only_a), len(only_b)), "mcnemar-exact"
     rate_a = float(scored["resolved"].cast(pl.Int64).sum()) / n if n else 0.0
@@ -145,11 +146,6 @@ def _interval(scored: pl.DataFrame, *, resamples: int, seed: int) -> tuple[float
     per = _per_instance(scored)
     delta, low, high = cluster_bootstrap(per["s"].to_list(), per["n"].to_list(), resamples=resamples, seed=seed)
     return delta, low, high, per.height
-
-
-def _instance_means(scored: pl.DataFrame) -> list[float]:
-    per = _per_instance(scored)
-    return [s / n for s, n in zip(per["s"].to_list(), per["n"].to_list(), strict=True)]
 
 
 def _image_mismatch(a: pl.DataFrame, b: pl.DataFrame) -> list[str]:

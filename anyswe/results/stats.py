@@ -90,8 +90,8 @@ def cluster_bootstrap(
 
 
 def sign_flip_test(diffs: Sequence[float], *, resamples: int = 10_000, seed: int = 0, chunk: int = 1000) -> float:
-    """Two-sided paired permutation p-value for per-instance mean differences ``diffs`` (exact up to
-    16 non-zero instances, Monte Carlo with ``resamples`` sign patterns beyond)."""
+    """Two-sided paired permutation p-value for per-instance differences ``diffs`` (sums or means of
+    b - a; exact up to 16 non-zero instances, Monte Carlo with ``resamples`` sign patterns beyond)."""
     import numpy as np
 
     d = np.asarray([x for x in diffs if x != 0], dtype=float)

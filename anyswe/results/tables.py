@@ -47,6 +47,9 @@ def task_frame(run_dir: str | Path) -> pl.DataFrame:
     if not path.is_file():
         raise ResultsError(f"no {RESULTS} in {run_dir} (is it a run directory?)")
     results = latest_attempts(read_results(path))
+    # Rows of instances excluded since they ran (an exclusion list added later) count nowhere.
+    excluded = run_exclusions(run_dir)
+    results = [r for r in results if r.instance_id not in excluded]
     if not results:
         raise ResultsError(f"{path} has no results yet")
     return results_frame(results).sort(["cell", "instance_id", "sample"])

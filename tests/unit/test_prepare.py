@@ -201,3 +201,34 @@ def test_old_rows_migrate_without_provenance() -> None:
     row = {"schema_version": 2, "key": "k", "cell": "c", "agent": "a", "provider": "p", "instance_id": "i"}
     r = parse_row(row, "results.jsonl:1")
     assert r.schema_version == SCHEMA_VERSION == 3 and r.image_digest is None and r.swebench_version is None
+
+
+def test_rows_of_instances_excluded_after_they_ran_count_nowhere(tmp_path: Path) -> None:
+    from anyswe.results.schema import TaskResult
+    from anyswe.results.tables import cell_table, task_frame
+
+    rows = [
+        TaskResult(key=f"k{i}", cell="g.none.d", agent="g", provider="d", instance_id=i, resolved=True)
+        for i in ("a", "b", "c")
+    ]
+    (tmp_path / "results.jsonl").write_bytes(b"".join(r.to_json_line() for r in rows))
+    (tmp_path / "plan.json").write_text(json.dumps({"excluded": {"b": "gold patch does not resolve on d"}}))
+    tasks = task_frame(tmp_path)
+    assert sorted(tasks["instance_id"].to_list()) == ["a", "c"]
+    assert cell_table(tasks)["tasks"].to_list() == [2]
+
+
+def test_stale_half_builds_of_dead_processes_are_removed(tmp_path: Path) -> None:
+    import os
+
+    from anyswe.prepare.images import remove_stale_parts
+
+    dead = 2**22 + 12345  # above pid_max's default: no such process
+    (tmp_path / f"a.sif.part-{dead}").write_bytes(b"half")
+    (tmp_path / f"a.sif.work-{dead}").mkdir()
+    (tmp_path / f"a.sif.work-{dead}" / "image.tar").write_bytes(b"archive")
+    (tmp_path / f"b.sif.part-{os.getpid()}").write_bytes(b"being built")  # a live build: kept
+    (tmp_path / "c.sif").write_bytes(b"done")
+    removed = remove_stale_parts(tmp_path)
+    assert sorted(Path(p).name for p in removed) == [f"a.sif.part-{dead}", f"a.sif.work-{dead}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"b.sif.part-{os.getpid()}", "c.sif"]
