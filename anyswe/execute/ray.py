@@ -63,6 +63,10 @@ class RayRunner:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves this machine
         # `ray start` enables token authentication (the token in ~/.ray/auth_token); a driver must use it too.
         os.environ.setdefault("RAY_AUTH_MODE", "token")
+        # Under `uv run` Ray would start its workers through `uv run` with this directory shipped as their
+        # working dir (the whole checkout, its .venv included), and they die starting: nodes run the
+        # anyswe installed on them.
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
         try:
             extra: dict[str, Any] = {} if self.address else {"resources": self.local_resources}
             ray.init(

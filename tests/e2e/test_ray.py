@@ -24,7 +24,7 @@ pytestmark = pytest.mark.usefixtures("runtimes")
 ANYSWE = [sys.executable, "-m", "anyswe"]
 RAY = str(Path(sys.executable).parent / "ray")
 # Ray's token authentication (the token in ~/.ray/auth_token) for every process of the cluster.
-ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
+ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
 COMPARED = ("resolved", "patch_exists", "patch_applied", "exit_reason", "error_kind", "model_patch", "instance_id")
 
 
