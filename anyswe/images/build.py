@@ -102,10 +102,26 @@ def _release_if_taken(acquired: asyncio.Future[bool]) -> None:
         _SIF_BUILDS.release()
 
 
-async def _apptainer_build(apptainer: str, sif: Path, archive: Path, timeout: float) -> None:
+def sif_build_argv(apptainer: str) -> list[str]:
+    """``apptainer build`` with anyswe's squashfs settings; the output path and source URI follow."""
     argv = [apptainer, "build", "--force"]
     if _MKSQUASHFS_ARGS:
         argv.append(f"--mksquashfs-args={_MKSQUASHFS_ARGS}")
+    return argv
+
+
+async def save_image(image: str, archive: Path) -> None:
+    """``docker save`` of a local image into ``archive`` (what a SIF is built from without a registry)."""
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        await asyncio.to_thread(_docker().image.save, image, output=archive)
+    except DockerException as exc:
+        raise ImageBuildError(f"docker save {image} failed: {exc.stderr or exc}") from None
+
+
+async def _apptainer_build(apptainer: str, sif: Path, archive: Path, timeout: float) -> None:
+    argv = sif_build_argv(apptainer)
     acquiring = asyncio.ensure_future(asyncio.to_thread(_SIF_BUILDS.acquire))
     try:
         await asyncio.shield(acquiring)
@@ -205,8 +221,6 @@ def _opt(value: object) -> str | None:
 
 async def ensure_sif(image: str, *, apptainer: str = "apptainer", timeout: float = 1800) -> Path:
     """A SIF built from the local docker ``image``, reused while the image id is unchanged."""
-    from python_on_whales.exceptions import DockerException
-
     full_id = await image_id(image)
     digest = full_id.split(":")[-1]
     sif_dir = cache_dir() / "sif"
@@ -219,10 +233,7 @@ async def ensure_sif(image: str, *, apptainer: str = "apptainer", timeout: float
             return sif
         with tempfile.TemporaryDirectory(dir=sif_dir, prefix=f"{_BUILD_PREFIX}{digest[:24]}-") as tmp:
             archive = Path(tmp) / "image.tar"
-            try:
-                await asyncio.to_thread(_docker().image.save, image, output=archive)
-            except DockerException as exc:
-                raise ImageBuildError(f"docker save {image} failed: {exc.stderr or exc}") from None
+            await save_image(image, archive)
             part = Path(tmp) / "image.sif"
             await _apptainer_build(apptainer, part, archive, timeout)
             os.replace(part, sif)  # atomic: a reader never sees half a SIF

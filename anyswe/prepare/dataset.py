@@ -164,7 +164,7 @@ def prepare_dataset(
         try:
             info = route(source)
         except DatasetError:
-            if os.sep in source and not path.exists() and source.count("/") > 1:
+            if path.suffix in (".jsonl", ".json", ".parquet"):  # meant as a file, not a name
                 raise DatasetError(f"dataset file not found: {source}") from None
             raise
         if info.name in ("demo", "demo-swebench"):

@@ -66,7 +66,7 @@ async def estimate(job: ImageJob, docker_available: bool) -> None:
             compressed = (await remote_image(job.ref, docker_cli=docker_available)).compressed_bytes
         except LookupError as exc:
             job.size_known = False
-            job.error = f"size unknown ({exc}); assumed {ASSUMED_COMPRESSED / 2**30:.0f} GiB compressed"
+            job.note = f"size unknown ({exc}); assumed {ASSUMED_COMPRESSED / 2**30:.0f} GiB compressed"
             compressed = ASSUMED_COMPRESSED
         unpacked = int(compressed * EXPANSION)
     if job.phase == "image":

@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 
 #: Registry answers that no retry changes.
 _PERMANENT = ("manifest unknown", "not found", "unauthorized", "denied", "invalid reference", "does not exist")
-#: SIF builds use the same mksquashfs settings as a run's own conversion.
-_MKSQUASHFS_ARGS = os.environ.get("ANYSWE_MKSQUASHFS_ARGS", "-comp gzip -Xcompression-level 1")
 
 SifSource = Literal["auto", "registry", "daemon"]
 Status = Literal["pending", "present", "pulled", "built", "failed", "skipped"]
@@ -62,7 +60,8 @@ class ImageJob:
     status: Status = "pending"
     seconds: float = 0.0
     error: str = ""
-    digest: str = ""
+    #: What the estimate had to assume (a size neither the daemon nor the registry could tell).
+    note: str = ""
 
     def row(self) -> dict[str, Any]:
         return {
@@ -72,7 +71,7 @@ class ImageJob:
             "status": self.status,
             "est_mb": round((self.needs + self.transient) / 2**20),
             "seconds": round(self.seconds, 1),
-            "error": self.error[-300:],
+            "error": (self.error or self.note)[-300:],
         }
 
 
@@ -180,19 +179,17 @@ def remove_stale_parts(directory: Path) -> list[str]:
 
 
 async def _sif(job: ImageJob, apptainer: str, timeout: float) -> None:
-    from anyswe.images.build import ensure_sif, image_id, sif_provenance, write_sidecar
+    from anyswe.images.build import ensure_sif, image_id, save_image, sif_build_argv, write_sidecar
 
     if not job.target:  # anyswe's own cache, keyed by the docker image id (as a run makes it)
-        sif = await ensure_sif(job.ref, apptainer=apptainer, timeout=timeout)
-        job.status, job.digest = "built", str((await asyncio.to_thread(sif_provenance, sif)).digest)
+        await ensure_sif(job.ref, apptainer=apptainer, timeout=timeout)
+        job.status = "built"
         return
     target = Path(job.target)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(f"{target.name}.part-{os.getpid()}")
     work = target.with_name(f"{target.name}.work-{os.getpid()}")
-    argv = [apptainer, "build", "--force"]
-    if _MKSQUASHFS_ARGS:
-        argv.append(f"--mksquashfs-args={_MKSQUASHFS_ARGS}")
+    argv = sif_build_argv(apptainer)
     try:
         if job.from_registry:
             ref = Reference.parse(job.ref)
@@ -203,12 +200,10 @@ async def _sif(job: ImageJob, apptainer: str, timeout: float) -> None:
                 source_digest = (await remote_image(job.ref, docker_cli=False)).config_digest
             r = await _proc.run([*argv, str(part), f"docker://{job.ref}"], timeout=timeout)
         else:
-            from python_on_whales import DockerClient
-
             source_digest = await image_id(job.ref)
             work.mkdir(parents=True, exist_ok=True)
             archive = work / "image.tar"
-            await asyncio.to_thread(DockerClient().image.save, job.ref, output=archive)
+            await save_image(job.ref, archive)
             r = await _proc.run([*argv, str(part), f"docker-archive://{archive}"], timeout=timeout)
         if r.exit_code != 0 or r.timed_out:
             how = f"timed out after {timeout:.0f} s" if r.timed_out else f"exit {r.exit_code}"
@@ -220,14 +215,11 @@ async def _sif(job: ImageJob, apptainer: str, timeout: float) -> None:
         if check.exit_code != 0 or b"Squashfs" not in check.stdout + check.stderr:
             raise ImageBuildError(f"the SIF built from {job.ref} does not check out: {check.stderr.decode()[-300:]}")
         os.replace(part, target)  # only a checked SIF gets its final name
-        digest = await asyncio.to_thread(
-            write_sidecar,
-            target,
-            source=job.ref,
-            source_digest=source_digest,
-            built_from="registry" if job.from_registry else "daemon",
+        built_from = "registry" if job.from_registry else "daemon"
+        await asyncio.to_thread(
+            write_sidecar, target, source=job.ref, source_digest=source_digest, built_from=built_from
         )
-        job.status, job.digest = "built", digest
+        job.status = "built"
     finally:
         part.unlink(missing_ok=True)
         shutil.rmtree(work, ignore_errors=True)
@@ -354,8 +346,6 @@ async def prepare_images_async(
     )
     if dry_run:
         return report
-    for j in found:
-        j.error = ""
 
     async def docker_job(job: ImageJob) -> None:
         if job.build_dataset is not None:
