@@ -21,15 +21,24 @@ if [ "${1:-}" = "__enter" ]; then
   binds+=("$cwd")
   IFS=: read -r -a extra <<<"${ANYSWE_APPTAINER_BINDS:-}"
   binds+=("${extra[@]}")
+  # Every apptainer call passes through here (a task makes several): the checks are bash builtins
+  # over one read of the mount table, not a `mountpoint` and a `mkdir` process per directory.
+  declare -A bound=()
+  while read -r _ _ _ _ mp _; do bound[$mp]=1; done </proc/self/mountinfo
+  done_dirs=()
   for d in "${binds[@]}"; do
     [ -n "$d" ] && [ -d "$d" ] || continue
     case "$d" in /|/usr|/usr/*|/etc|/etc/*|/lib*|/bin|/sbin|/var) continue ;; esac
-    mountpoint -q "$ROOT$d" 2>/dev/null && continue
-    mkdir -p "$ROOT$d"
+    [ -n "${bound[$ROOT$d]:-}" ] && continue
+    # Under a directory bound already (recursively): its contents are there.
+    for b in "${done_dirs[@]}"; do case "$d/" in "$b"/*) continue 2 ;; esac; done
+    [ -d "$ROOT$d" ] || mkdir -p "$ROOT$d"
     mount --rbind "$d" "$ROOT$d"
+    bound[$ROOT$d]=1
+    done_dirs+=("$d")
   done
   cd "$ROOT"
-  mkdir -p .oldroot
+  [ -d .oldroot ] || mkdir .oldroot
   pivot_root . .oldroot
   umount -l /.oldroot
   cd "$cwd" 2>/dev/null || cd /

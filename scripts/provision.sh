@@ -95,6 +95,8 @@ provision_docker() {
 apptainer_ok() { timeout 20 apptainer --version >/dev/null 2>&1; }
 
 provision_apptainer() {
+  # Our own root: its wrapper is kept current (a changed wrapper lands with the next provision).
+  if [ -x "$APPTAINER_ROOT/usr/bin/apptainer" ]; then install_apptainer_wrapper; fi
   if apptainer_ok; then log "apptainer: $(apptainer --version)"; return 0; fi
   apt_install mmdebstrap util-linux
   if [ ! -x "$APPTAINER_ROOT/usr/bin/apptainer" ]; then

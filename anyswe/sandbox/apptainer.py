@@ -42,6 +42,8 @@ from anyswe.sandbox.request import (
 
 #: The instance's environment variable that carries its labels.
 LABELS_ENV = "ANYSWE_LABELS"
+#: The instance's process id, written by apptainer into the sandbox's state dir.
+PID_FILE = "instance.pid"
 
 
 def default_state_dir() -> Path:
@@ -125,6 +127,9 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
 
     def __init__(self, config: ApptainerConfig | None = None) -> None:
         super().__init__(config or ApptainerConfig())
+        #: Instances this provider started -> their process (pid, start time), from ``--pid-file``:
+        #: whether one still runs is a look in /proc, not an `instance list` (two apptainer runs).
+        self._processes: dict[str, tuple[int, str]] = {}
 
     def _state(self, name: str) -> Path:
         return self.config.state_dir / name
@@ -177,6 +182,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         # whose state directory is another one (each batch job may have its own TMPDIR).
         argv += ["--env", f"{LABELS_ENV}={json.dumps(request.labels(), separators=(',', ':'))}"]
         argv += ["--overlay", str(state / "overlay.img"), "--workdir", str(state / "work")]
+        argv += ["--pid-file", str(state / PID_FILE)]
         for m in request.mounts:
             argv += ["--bind", f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"]
         if network in ("none", "gateway"):
@@ -210,21 +216,27 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
             await self._run_checked([cfg.binary, *overlay], "creating the overlay")
             argv = self._start_argv(request, network, state)
             await self._run_checked(argv, f"starting instance {request.name} from {request.image}")
+            process = _process(state / PID_FILE)
+            if process is not None:
+                self._processes[request.name] = process
         except BaseException:
             await asyncio.shield(self.remove(request.name))
             raise
 
     async def remove(self, name: str) -> None:
         """Stop the instance (if any) and delete its state dir; idempotent."""
-        with contextlib.suppress(Exception):
-            if name in await self.running_instances():
+        process = self._processes.pop(name, None)
+        # One known to be gone needs no stop; any other is stopped outright (a stop of an instance
+        # that is not there fails, harmlessly) rather than looked up first.
+        if process is None or _running(process):
+            with contextlib.suppress(Exception):
                 await _proc.run([self.config.binary, "instance", "stop", "--force", name], timeout=60)
         await asyncio.to_thread(shutil.rmtree, self._state(name), True)
 
     async def gone_reason(self, name: str) -> str | None:
-        if name in await self.running_instances():
-            return None
-        return "the apptainer instance is no longer running (killed or stopped from outside)"
+        process = self._processes.get(name)
+        running = _running(process) if process is not None else name in await self.running_instances()
+        return None if running else "the apptainer instance is no longer running (killed or stopped from outside)"
 
     async def running_instances(self) -> list[str]:
         """Names of the anyswe instances running now (through spython's instance listing)."""
@@ -256,6 +268,30 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         return {str(k): str(v) for k, v in labels.items()}
 
 
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (field 22 of /proc/PID/stat; a pid reused later differs),
+    None if it is not running (a zombie has exited)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else fields[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _process(pid_file: Path) -> tuple[int, str] | None:
+    """(pid, start time) of the process named in an instance's ``--pid-file``, if it runs."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    started = _start_time(pid)
+    return None if started is None else (pid, started)
+
+
+def _running(process: tuple[int, str]) -> bool:
+    return _start_time(process[0]) == process[1]
+
+
 def _instance_labels(pid: int | None) -> dict[str, str] | None:
     """The labels an instance was started with, read from the instance itself (None: unknown).
 
@@ -274,10 +310,6 @@ def _instance_labels(pid: int | None) -> dict[str, str] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return {str(k): str(v) for k, v in labels.items()}
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return None
     prefix = f"{LABELS_ENV}=".encode()
     for item in environ:
         if item.startswith(prefix):
