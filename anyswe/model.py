@@ -139,3 +139,6 @@ class ModelEndpoint(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     #: The gateway's unix socket on the host: in-sandbox agents reach it through a ``gateway`` network.
     socket: str | None = None
+    #: ``host:port`` of the gateway as other machines reach it: set (with no socket or base URL) for
+    #: units that may run elsewhere, which reach it through a relay of their own (gateway/relay.py).
+    relay: str | None = None

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from anyswe._text import read_utf8
 from anyswe.agents import AgentConfig, agent_class
@@ -90,6 +90,19 @@ class ExecutorSpec(_Strict):
         description="Ray: the cluster to join (host:port, or 'auto' for the one on this machine); "
         "none starts a Ray instance on this machine.",
     )
+    gateway_host: str | None = Field(
+        default=None,
+        description="Ray, model cells: this machine's address as the nodes reach it; the model gateway listens "
+        "there too and every node relays its units' calls to it. Default: none while every node is this "
+        "machine, else this machine's address in the Ray cluster.",
+    )
+
+    @field_validator("gateway_host")
+    @classmethod
+    def _concrete_host(cls, value: str | None) -> str | None:
+        if value is not None and value.strip("[]") in ("", "0.0.0.0", "::"):
+            raise ValueError("must be an address the nodes can connect to, not a wildcard")
+        return value
 
 
 class GradingSpec(_Strict):

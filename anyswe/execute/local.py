@@ -149,7 +149,8 @@ class _Driver:
     async def run(self, units: list[WorkUnit]) -> None:
         bar = make_progress(len(units), self.plan.spec.name, enabled=self.progress)
         try:
-            async with models.run_gateway(units) as gateway, asyncio.TaskGroup() as group:
+            relay_host = self.worker.gateway_host
+            async with models.run_gateway(units, relay_host) as gateway, asyncio.TaskGroup() as group:
                 for unit in units:
                     group.create_task(self.one(unit, gateway, bar))
         except BaseExceptionGroup as group_error:
@@ -182,7 +183,12 @@ async def execute(
         run_id = uuid.uuid4().hex[:12]
         units = pending_units(plan, store, run_id)
         local_bound = concurrency or plan.spec.concurrency
-        runner = _runner(kind, address or plan.spec.executor.address, {u.provider.type: local_bound for u in units})
+        runner = _runner(
+            kind,
+            address or plan.spec.executor.address,
+            {u.provider.type: local_bound for u in units},
+            plan.spec.executor.gateway_host,
+        )
         # On Ray the nodes' advertised resources bound what runs at once; the driver only waits.
         bound = local_bound if kind == "local" else max(1, len(units))
         driver = _Driver(plan, store, runner, bound, progress)
@@ -209,6 +215,9 @@ async def _finish(runner: Runner, run_id: str) -> None:
 class Runner(Protocol):
     """What runs units for the driver: the in-process :class:`Worker`, or the Ray runner."""
 
+    #: Where units that run on other machines reach this machine's model gateway (None: they do not).
+    gateway_host: str | None
+
     async def check(self, units: Iterable[WorkUnit]) -> None: ...
     async def run(self, unit: WorkUnit) -> TaskOutput: ...
     async def collect_orphans(self, task_keys: set[str]) -> list[str]: ...
@@ -216,13 +225,15 @@ class Runner(Protocol):
     async def close(self) -> None: ...
 
 
-def _runner(kind: str, address: str | None, local_resources: dict[str, float]) -> Runner:
+def _runner(
+    kind: str, address: str | None, local_resources: dict[str, float], gateway_host: str | None = None
+) -> Runner:
     if kind == "local":
         return Worker()
     if kind == "ray":
         from anyswe.execute.ray import RayRunner
 
-        return RayRunner(address, local_resources=local_resources)
+        return RayRunner(address, local_resources=local_resources, gateway_host=gateway_host)
     raise PlanError(f"unknown executor {kind!r}: local or ray")
 
 

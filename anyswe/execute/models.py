@@ -30,14 +30,20 @@ TRAJECTORY = "trajectory.jsonl"
 
 
 @contextlib.asynccontextmanager
-async def run_gateway(units: list[WorkUnit]) -> AsyncIterator[Gateway | None]:
-    """A gateway for the run if any unit has a model (torn down on every path), else None."""
+async def run_gateway(units: list[WorkUnit], relay_host: str | None = None) -> AsyncIterator[Gateway | None]:
+    """A gateway for the run if any unit has a model (torn down on every path), else None.
+
+    ``relay_host``: units run on other machines too, which reach the gateway at this address of
+    this machine (it listens there as well) through relays of their own.
+    """
     if not any(u.model is not None for u in units):
         yield None
         return
     with tempfile.TemporaryDirectory(prefix="anyswe-gw-") as tmp:
         async with Gateway(socket_dir=Path(tmp)) as gateway:
-            await gateway.start()
+            hosts = ("127.0.0.1",) if relay_host in (None, "127.0.0.1") else ("127.0.0.1", str(relay_host))
+            await gateway.start(hosts)
+            gateway.relay_host = relay_host
             yield gateway
 
 
@@ -107,6 +113,10 @@ def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[Work
         params=model.params,
         socket=str(gateway.socket) if gateway.socket else None,
     )
+    if gateway.relay_host is not None:
+        # Where the unit runs, this machine's socket and loopback mean nothing: only the relay address.
+        relay = f"{gateway.relay_host}:{gateway.ports[gateway.relay_host]}"
+        endpoint = endpoint.model_copy(update={"base_url": None, "socket": None, "relay": relay})
     return dataclasses.replace(unit, endpoint=endpoint), token
 
 

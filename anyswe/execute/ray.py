@@ -7,9 +7,14 @@ there at once than advertised. The node resolves images and SIFs itself (``run_u
 worker per unit) and sends back the :class:`TaskOutput`; only the driver writes the run directory,
 so resume and exactly-once recording are the local executor's. A task whose node or worker process
 dies is run again elsewhere by Ray (``max_retries``); the driver still records one output for it.
+A model task is the exception: its gateway grant (token, budget, trajectory) belongs to one attempt,
+and a lost attempt has spent model calls, so Ray does not re-run it; the loss comes back as an infra
+error, recorded with its usage, and the driver runs the task again with a fresh grant.
 
-Model cells need the model gateway, which listens on the driver's machine: those run on Ray only
-when every node is this machine (a single-host cluster); a multi-host gateway is not there yet.
+Model cells need the model gateway, which listens on the driver's machine. While every node is this
+machine, units reach it as local units do. On a cluster of several hosts (or with the spec's
+``executor.gateway_host``) the gateway listens on this machine's cluster address as well, and each
+unit runs inside a relay on its node (gateway/relay.py) that pipes its calls there.
 """
 
 from __future__ import annotations
@@ -38,7 +43,13 @@ def _run_remote(unit: WorkUnit) -> TaskOutput:
 class RayRunner:
     """Runs units on a Ray cluster; sandbox bookkeeping (orphans, sweep) on this machine's runtimes."""
 
-    def __init__(self, address: str | None = None, *, local_resources: dict[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        local_resources: dict[str, float] | None = None,
+        gateway_host: str | None = None,
+    ) -> None:
         try:
             import ray
         except ImportError:
@@ -54,6 +65,8 @@ class RayRunner:
         self._joined_here = False  # a Ray the user (or a notebook) joined is theirs to leave
         self._started_here = False
         self._run_id = ""
+        #: Where nodes reach the model gateway: the spec's, or this machine's Ray address on a multi-host cluster.
+        self.gateway_host = gateway_host
 
     def _connect(self) -> None:
         ray = self._ray
@@ -87,11 +100,8 @@ class RayRunner:
         missing = sorted({u.provider.type for u in units} - {k for k, v in have.items() if v >= 1})
         nodes = self._ray.nodes()  # type: ignore[no-untyped-call]
         hosts = {n.get("NodeManagerAddress") for n in nodes if n.get("Alive")}
-        if len(hosts) > 1 and any(u.model is not None for u in units):
-            raise RuntimeNotAvailable(
-                "model cells need the model gateway, which runs on this machine: on Ray they need every node "
-                f"on this machine (the cluster spans {len(hosts)} hosts); run them with the local executor"
-            )
+        if len(hosts) > 1 and self.gateway_host is None and any(u.model is not None for u in units):
+            self.gateway_host = self._ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         if missing:
             raise RuntimeNotAvailable(
                 f"no node of the Ray cluster advertises {', '.join(missing)}: start nodes with "
@@ -99,8 +109,11 @@ class RayRunner:
             )
 
     async def run(self, unit: WorkUnit) -> TaskOutput:
+        # A re-run under the same grant would share its budget and interleave two attempts' calls in
+        # one trajectory: model tasks are retried by the driver, with a new grant.
+        retries = 0 if unit.model is not None else NODE_FAILURE_RETRIES
         ref = self._remote.options(
-            num_cpus=0, resources={unit.provider.type: 1}, max_retries=NODE_FAILURE_RETRIES, retry_exceptions=False
+            num_cpus=0, resources={unit.provider.type: 1}, max_retries=retries, retry_exceptions=False
         ).remote(unit)
         try:
             output: TaskOutput = await asyncio.wrap_future(ref.future())
@@ -110,7 +123,7 @@ class RayRunner:
             self._ray.cancel(ref, force=False)
             await asyncio.to_thread(self._ray.wait, [ref], timeout=60)
             raise
-        except Exception as exc:  # the node died more often than retried, or Ray itself failed
+        except Exception as exc:  # the node died (more often than retried), or Ray itself failed
             return failed_output(unit, "infra", f"{type(exc).__name__} on the Ray cluster: {exc}")
         return output
 

@@ -7,6 +7,7 @@ an agent object per (agent, model) cell; one image resolver, so each image is bu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
 
 class Worker:
     """Builds and caches what units need: providers, agents, images."""
+
+    #: Units run here, next to the gateway: no relay.
+    gateway_host: str | None = None
 
     def __init__(self) -> None:
         self._providers: dict[tuple[str, str], SandboxProvider[Any]] = {}
@@ -49,6 +53,13 @@ class Worker:
     async def run(self, unit: WorkUnit) -> TaskOutput:
         from anyswe.execute.task import run_task
 
+        endpoint = unit.endpoint
+        if endpoint is not None and endpoint.relay is not None:
+            # The gateway is on the driver's machine: this unit's calls go through a relay here.
+            from anyswe.gateway.relay import Relay
+
+            async with Relay(endpoint.relay) as relay:
+                return await run_task(dataclasses.replace(unit, endpoint=relay.endpoint(endpoint)), self)
         return await run_task(unit, self)
 
     async def collect_orphans(self, task_keys: set[str]) -> list[str]:

@@ -118,6 +118,8 @@ class Gateway:
         self._socket_dir = socket_dir
         self.ports: dict[str, int] = {}
         self.socket: Path | None = None
+        #: The address other machines reach this gateway at (through relays), when units run there.
+        self.relay_host: str | None = None
 
     # -- tokens -----------------------------------------------------------------------------------
 

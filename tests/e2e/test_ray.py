@@ -172,9 +172,8 @@ def _sandboxes() -> dict[str, int]:
     return out
 
 
-def test_a_node_killed_mid_run_still_records_every_task_once(tmp_path: Path) -> None:
-    ids = ["demo__calc-1", "demo__slug-2", "demo__settings-3", "demo__inventory-4", "demo__leap-5"]
-    spec = _spec(tmp_path, "killed", ["docker"], ids)
+def _apply_killing_the_second_node(spec: Path) -> tuple[subprocess.CompletedProcess[str], bool]:
+    """Apply ``spec`` on a fresh cluster; kill the second node while one of its processes owns a sandbox."""
     with ray_cluster() as cluster:
         proc = subprocess.Popen(
             [*ANYSWE, "apply", str(spec), "--executor", "ray", "--address", cluster.address],
@@ -183,7 +182,6 @@ def test_a_node_killed_mid_run_still_records_every_task_once(tmp_path: Path) -> 
             text=True,
             env=ENV,
         )
-        # Kill the second node while one of its processes owns a task's sandbox.
         deadline = time.monotonic() + 300
         killed = False
         while time.monotonic() < deadline and proc.poll() is None:
@@ -194,6 +192,14 @@ def test_a_node_killed_mid_run_still_records_every_task_once(tmp_path: Path) -> 
                 break
             time.sleep(0.2)
         out, err = proc.communicate(timeout=900)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), killed
+
+
+def test_a_node_killed_mid_run_still_records_every_task_once(tmp_path: Path) -> None:
+    ids = ["demo__calc-1", "demo__slug-2", "demo__settings-3", "demo__inventory-4", "demo__leap-5"]
+    spec = _spec(tmp_path, "killed", ["docker"], ids)
+    proc, killed = _apply_killing_the_second_node(spec)
+    out, err = proc.stdout, proc.stderr
     assert killed, "no task ran on the second node before the run ended"
     assert proc.returncode == 0, out + err
     rows = _rows(tmp_path / "killed")
@@ -205,3 +211,41 @@ def test_a_node_killed_mid_run_still_records_every_task_once(tmp_path: Path) -> 
         ["docker", "ps", "-aq", "--filter", f"label=anyswe.run_id={rows[0]['run_id']}"], capture_output=True, text=True
     )
     assert left.stdout.strip() == ""
+
+
+def test_a_model_task_lost_with_its_node_runs_again_under_a_new_grant(tmp_path: Path) -> None:
+    """mini-swe-agent with the scripted model (slow replies) on Ray; the second node is killed mid-task.
+
+    The gateway is reached as on a cluster of several hosts: ``gateway_host`` set, units get only
+    its address and each runs inside a relay on its node (without one, the agent has no endpoint).
+    The lost attempt is an infra row with its own usage; the driver runs the task again with a fresh
+    gateway token, so the final row's calls and trajectory are that attempt's alone."""
+    ids = ["demo__calc-1", "demo__slug-2", "demo__settings-3"]
+    spec = {
+        "name": "model-killed",
+        "dataset": {"name": "demo", "instance_ids": ids},
+        "agents": {"mini": {"type": "mini-swe-agent", "step_limit": 20}},
+        "models": {"slow": {"api": "scripted", "protocol": "openai-chat", "misbehave": "slow", "delay": 3}},
+        "providers": {"docker": {"type": "docker"}},
+        "retries": {"max_attempts": 3, "backoff": 1},
+        "executor": {"type": "ray", "gateway_host": "127.0.0.1"},
+        "output_dir": str(tmp_path / "model-killed"),
+    }
+    path = tmp_path / "model-killed.yaml"
+    path.write_text(json.dumps(spec))
+    proc, killed = _apply_killing_the_second_node(path)
+    assert killed, "no task ran on the second node before the run ended"
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = _rows(tmp_path / "model-killed")
+    lost = [r for r in rows if r["error_kind"] == "infra"]
+    final = {str(r["key"]): r for r in rows if r["error_kind"] is None}
+    assert len(final) == 3 and all(r["resolved"] for r in final.values())
+    assert len(rows) == len(final) + len(lost)  # one verdict per task; lost attempts only as infra rows
+    assert lost and all("on the Ray cluster" in str(r["error"]) for r in lost), lost
+    for r in lost:
+        again = final[str(r["key"])]
+        assert int(again["attempt"]) > int(r["attempt"])
+        # The scripted oracle takes two calls (write and apply the fix, submit): the new attempt's own.
+        assert again["model_calls"] == 2
+        traj = tmp_path / "model-killed" / str(again["trajectory_path"])
+        assert len(traj.read_text().splitlines()) == 2

@@ -144,3 +144,36 @@ def test_a_real_model_gets_an_http_upstream_and_the_key_stays_in_the_driver(
     token, upstream, unit_repr = asyncio.run(granted())
     assert isinstance(upstream, HttpUpstream) and token.startswith("anyswe-")
     assert "sk-never-in-a-unit" not in unit_repr + token
+
+
+def test_units_that_run_elsewhere_get_only_the_gateways_relay_address(tmp_path: Path) -> None:
+    """With a relay host (Ray across hosts) the gateway listens there too, and a unit's endpoint names
+    only that address: this machine's socket and loopback URL would mean nothing on another node."""
+    import asyncio
+    import urllib.request
+
+    from anyswe.execute.models import grant, run_gateway
+
+    text = SPEC.replace("gold: {type: gold}", "mini: {type: mini-swe-agent}")
+    text += "models:\n  s: {api: scripted}\n"
+    plan = make_plan(load_spec(spec_path(tmp_path, text)))
+    units = [make_unit(plan, t, run_id="r", attempt=1) for t in plan.tasks]
+
+    async def granted(relay_host: str | None) -> tuple[object, int]:
+        async with run_gateway(units, relay_host) as gateway:
+            assert gateway is not None
+            unit, _ = grant(gateway, units[0], tmp_path / "task")
+            endpoint = unit.endpoint
+            assert endpoint is not None
+            status = 0
+            if endpoint.relay is not None:
+                url = f"http://{endpoint.relay}/v1/models"
+                request = urllib.request.Request(url, headers={"Authorization": f"Bearer {endpoint.token}"})
+                status = (await asyncio.to_thread(urllib.request.urlopen, request, timeout=30)).status
+            return endpoint, status
+
+    here, _ = asyncio.run(granted(None))
+    assert here.relay is None and here.socket and here.base_url  # type: ignore[attr-defined]
+    away, status = asyncio.run(granted("127.0.0.2"))
+    assert (away.socket, away.base_url) == (None, None) and str(away.relay).startswith("127.0.0.2:")  # type: ignore[attr-defined]
+    assert status == 200  # the gateway answers at the relay address

@@ -61,6 +61,10 @@ def test_good_spec_and_defaults(tmp_path: Path) -> None:
             GOOD + "models:\n  m:\n    api: openai-chat\n    model: x\n    api_key_env: sk-abc123\n",
             ":18:5: models.m.api_key_env: Value error, must be the NAME of an environment variable",
         ),
+        (
+            GOOD + "executor:\n  type: ray\n  gateway_host: 0.0.0.0\n",
+            ":16:3: executor.gateway_host: Value error, must be an address the nodes can connect to",
+        ),
     ],
 )
 def test_errors_name_file_line_column_and_field(tmp_path: Path, text: str, expected: str) -> None:
