@@ -1,9 +1,11 @@
-"""The one module that imports swebench: its log parsers, eval scripts and verdict rules.
+"""The one module through which anyswe uses swebench: its log parsers, eval scripts and verdict rules.
 
 anyswe never re-implements SWE-bench's pass/fail rules; every verdict comes from swebench 4.1.0's
 own ``get_eval_report``, so a resolve rate here means what it means on the official leaderboard.
-swebench is imported lazily (it is heavy) and its version is checked before first use: grading a
-SWE-bench instance with another version stops with :class:`GradingError`, never falls back.
+swebench is imported lazily, and only the parts grading needs (by ``_swebench_lean``, this module's
+private loader: swebench's package ``__init__`` would import docker, Modal and ``datasets``, about 3 s).
+Its version is checked before first use: grading a SWE-bench instance with another version stops with
+:class:`GradingError`, never falls back.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from anyswe.errors import GradingError
+from anyswe.grading import _swebench_lean
 
 if TYPE_CHECKING:
     from anyswe.datasets.instance import Instance
 
 REQUIRED_VERSION = "4.1.0"
 
-# Eval-script markers and the patch-apply ladder, mirrored from swebench (checked equal at import).
+# Eval-script markers, mirrored from swebench (checked equal on first use).
 START_TEST_OUTPUT = ">>>>> Start Test Output"
 END_TEST_OUTPUT = ">>>>> End Test Output"
 APPLY_PATCH_FAIL = ">>>>> Patch Apply Failed"
@@ -33,9 +36,12 @@ TESTS_TIMEOUT = ">>>>> Tests Timed Out"
 @cache
 def _swebench() -> ModuleType:
     try:
-        import swebench
+        swebench = _swebench_lean.load()
     except ImportError as exc:
-        raise GradingError(f"swebench is not installed; grading needs swebench=={REQUIRED_VERSION} (uv sync)") from exc
+        raise GradingError(
+            f"swebench is not installed or cannot be imported ({exc}); grading needs swebench=={REQUIRED_VERSION} "
+            "(uv sync)"
+        ) from exc
     version = getattr(swebench, "__version__", "unknown")
     if version != REQUIRED_VERSION:
         raise GradingError(
@@ -44,11 +50,16 @@ def _swebench() -> ModuleType:
         )
     from swebench.harness import constants
 
-    assert constants.START_TEST_OUTPUT == START_TEST_OUTPUT
-    assert constants.END_TEST_OUTPUT == END_TEST_OUTPUT
-    assert constants.APPLY_PATCH_FAIL == APPLY_PATCH_FAIL
-    module: ModuleType = swebench
-    return module
+    for name, mine in (
+        ("START_TEST_OUTPUT", START_TEST_OUTPUT),
+        ("END_TEST_OUTPUT", END_TEST_OUTPUT),
+        ("APPLY_PATCH_FAIL", APPLY_PATCH_FAIL),
+        ("APPLY_PATCH_PASS", APPLY_PATCH_PASS),
+        ("TESTS_TIMEOUT", TESTS_TIMEOUT),
+    ):
+        if getattr(constants, name, None) != mine:
+            raise GradingError(f"swebench's {name} is not {mine!r}: the eval-script markers anyswe relies on changed")
+    return swebench
 
 
 def version() -> str:
@@ -57,10 +68,17 @@ def version() -> str:
 
 def patch_apply_ladder() -> list[str]:
     """swebench's ``GIT_APPLY_CMDS``, in order; each takes the patch path as its last argument."""
-    _swebench()
-    from swebench.harness.run_evaluation import GIT_APPLY_CMDS
+    return list(_git_apply_cmds())
 
-    return list(GIT_APPLY_CMDS)
+
+@cache
+def _git_apply_cmds() -> tuple[str, ...]:
+    # Read from run_evaluation's source, not imported: that module imports the docker SDK.
+    _swebench()
+    try:
+        return tuple(_swebench_lean.git_apply_cmds())
+    except (LookupError, OSError, SyntaxError) as exc:
+        raise GradingError(f"swebench's patch-apply ladder (GIT_APPLY_CMDS) could not be read: {exc}") from exc
 
 
 def known_repo(repo: str) -> bool:

@@ -36,12 +36,19 @@ def test_agents_never_touch_grading() -> None:
 
 
 def test_only_the_adapter_imports_swebench() -> None:
+    """The adapter is grading/swebench.py and its private loader, which nothing else may import."""
+    adapter, loader = "grading/swebench.py", "grading/_swebench_lean.py"
+    code = [f for f in PKG.rglob("*.py") if "demo/tasks" not in str(f)]
     users = sorted(
-        str(f.relative_to(PKG))
-        for f in PKG.rglob("*.py")
-        if "demo/tasks" not in str(f) and any(m.split(".")[0] == "swebench" for m in imported_modules(f))
+        str(f.relative_to(PKG)) for f in code if any(m.split(".")[0] == "swebench" for m in imported_modules(f))
     )
-    assert users == ["grading/swebench.py"]
+    assert users == [loader, adapter]
+    loader_users = sorted(
+        str(f.relative_to(PKG))
+        for f in code
+        if any(m.startswith("anyswe.grading._swebench_lean") for m in imported_modules(f))
+    )
+    assert loader_users == [adapter]
 
 
 def test_import_anyswe_is_cheap() -> None:
