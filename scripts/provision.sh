@@ -129,8 +129,11 @@ install_apptainer_wrapper() {
   local src
   src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/apptainer-wrapper.sh"
   mkdir -p "$BIN_DIR"
-  sed "s|@APPTAINER_ROOT@|$APPTAINER_ROOT|" "$src" >"$BIN_DIR/apptainer"
-  chmod 0755 "$BIN_DIR/apptainer"
+  # Written beside it and renamed over it: a job running apptainer meanwhile reads the old whole
+  # script or the new one, never a truncated one.
+  sed "s|@APPTAINER_ROOT@|$APPTAINER_ROOT|" "$src" >"$BIN_DIR/.apptainer.$$"
+  chmod 0755 "$BIN_DIR/.apptainer.$$"
+  mv -f "$BIN_DIR/.apptainer.$$" "$BIN_DIR/apptainer"
   # spython runs `singularity`.
   ln -sf "$BIN_DIR/apptainer" "$BIN_DIR/singularity"
 }

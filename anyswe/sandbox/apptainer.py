@@ -1,7 +1,8 @@
 """Apptainer sandboxes: one apptainer instance per sandbox.
 
 Each sandbox gets its own sparse ext3 overlay of configurable size (``--writable-tmpfs`` caps writes
-at 64 MiB, which real builds overflow) and its own work dir for /tmp and home, both under a state
+at 64 MiB, which real builds overflow; a sparse copy of an empty one made once per size and apptainer
+version, kept in the state dir) and its own work dir for /tmp and home, both under a state
 dir named after the instance so ``anyswe gc`` can find what a crash left. Instances start with
 ``--contain --cleanenv``: no host home, no host environment (which may hold API keys). There is no
 ``--pid``: apptainer >= 1.3.6 rejects it for instances.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -130,6 +132,8 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         #: Instances this provider started -> their process (pid, start time), from ``--pid-file``:
         #: whether one still runs is a look in /proc, not an `instance list` (two apptainer runs).
         self._processes: dict[str, tuple[int, str]] = {}
+        self._template_lock = asyncio.Lock()
+        self._version: str | None = None
 
     def _state(self, name: str) -> Path:
         return self.config.state_dir / name
@@ -206,14 +210,16 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
     async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> None:
         if not await self.image_exists(request.image):
             raise ImageNotFound(f"SIF image {request.image!r} does not exist")
-        cfg = self.config
         state = self._state(request.name)
         try:
             (state / "work").mkdir(parents=True, exist_ok=True)
             os.chmod(state, 0o700)
             (state / "labels.json").write_text(json.dumps(request.labels() | {"image": request.image}))
-            overlay = ["overlay", "create", "--sparse", "--size", str(cfg.overlay_size_mb), str(state / "overlay.img")]
-            await self._run_checked([cfg.binary, *overlay], "creating the overlay")
+            # A copy of an empty overlay made once: `apptainer overlay create` per sandbox is an
+            # apptainer run and a mkfs, CPU that sandbox starts queue for under concurrency.
+            template = await self._overlay_template()
+            copy = ["cp", "--sparse=always", "--", str(template), str(state / "overlay.img")]
+            await self._run_checked(copy, "copying the empty overlay")
             argv = self._start_argv(request, network, state)
             await self._run_checked(argv, f"starting instance {request.name} from {request.image}")
             process = _process(state / PID_FILE)
@@ -222,6 +228,23 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         except BaseException:
             await asyncio.shield(self.remove(request.name))
             raise
+
+    async def _overlay_template(self) -> Path:
+        """An empty sparse overlay of the configured size, made by this apptainer (version in the name)."""
+        cfg = self.config
+        async with self._template_lock:
+            if self._version is None:
+                r = await _proc.run([cfg.binary, "--version"], timeout=60)
+                self._version = hashlib.sha256(r.stdout).hexdigest()[:12]
+            path = cfg.state_dir / f".overlay-{cfg.overlay_size_mb}mb-{self._version}.img"
+            if not path.is_file():
+                cfg.state_dir.mkdir(parents=True, exist_ok=True)
+                part = path.with_name(f"{path.name}.part-{os.getpid()}")
+                part.unlink(missing_ok=True)
+                overlay = ["overlay", "create", "--sparse", "--size", str(cfg.overlay_size_mb), str(part)]
+                await self._run_checked([cfg.binary, *overlay], "creating the overlay")
+                os.replace(part, path)  # whole or absent, whoever else makes one at the same time
+            return path
 
     async def remove(self, name: str) -> None:
         """Stop the instance (if any) and delete its state dir; idempotent."""
@@ -310,12 +333,3 @@ def _instance_labels(pid: int | None) -> dict[str, str] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return {str(k): str(v) for k, v in labels.items()}
-    prefix = f"{LABELS_ENV}=".encode()
-    for item in environ:
-        if item.startswith(prefix):
-            try:
-                labels = json.loads(item[len(prefix) :])
-            except ValueError:
-                return None
-            return {str(k): str(v) for k, v in labels.items()}
-    return None
