@@ -149,8 +149,8 @@ class _Driver:
     async def run(self, units: list[WorkUnit]) -> None:
         bar = make_progress(len(units), self.plan.spec.name, enabled=self.progress)
         try:
-            relay_host = self.worker.gateway_host
-            async with models.run_gateway(units, relay_host) as gateway, asyncio.TaskGroup() as group:
+            relay_host, port = self.worker.gateway_host, self.plan.spec.executor.gateway_port
+            async with models.run_gateway(units, relay_host, port) as gateway, asyncio.TaskGroup() as group:
                 for unit in units:
                     group.create_task(self.one(unit, gateway, bar))
         except BaseExceptionGroup as group_error:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import ipaddress
 import json
 import tempfile
 from collections.abc import AsyncIterator
@@ -17,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from anyswe.agents import ExitReason, agent_class
-from anyswe.errors import AgentError
+from anyswe.errors import AgentError, RuntimeNotAvailable
 from anyswe.execute.unit import TaskOutput, WorkUnit
 from anyswe.gateway import Budget, Gateway, Grant, ScriptedModel
+from anyswe.gateway.relay import join_address
 from anyswe.gateway.replay import ReplayModel
 from anyswe.gateway.server import Upstream
 from anyswe.gateway.upstream import HttpUpstream
@@ -30,21 +32,39 @@ TRAJECTORY = "trajectory.jsonl"
 
 
 @contextlib.asynccontextmanager
-async def run_gateway(units: list[WorkUnit], relay_host: str | None = None) -> AsyncIterator[Gateway | None]:
+async def run_gateway(
+    units: list[WorkUnit], relay_host: str | None = None, port: int = 0
+) -> AsyncIterator[Gateway | None]:
     """A gateway for the run if any unit has a model (torn down on every path), else None.
 
-    ``relay_host``: units run on other machines too, which reach the gateway at this address of
-    this machine (it listens there as well) through relays of their own.
+    ``relay_host``: units run elsewhere (on Ray) and reach the gateway at this address of this
+    machine (it listens there as well, on ``port`` if given) through relays of their own.
     """
     if not any(u.model is not None for u in units):
         yield None
         return
+    loopback = relay_host is None or is_loopback(relay_host)
+    hosts = ("127.0.0.1",) if loopback else ("127.0.0.1", str(relay_host))
     with tempfile.TemporaryDirectory(prefix="anyswe-gw-") as tmp:
         async with Gateway(socket_dir=Path(tmp)) as gateway:
-            hosts = ("127.0.0.1",) if relay_host in (None, "127.0.0.1") else ("127.0.0.1", str(relay_host))
-            await gateway.start(hosts)
-            gateway.relay_host = relay_host
+            try:
+                await gateway.start(hosts, port=port)
+            except OSError as exc:
+                where = f"{' and '.join(hosts)}, port {port or 'any'}"
+                raise RuntimeNotAvailable(
+                    f"the model gateway cannot listen on {where} (executor.gateway_host/gateway_port): {exc}"
+                ) from None
+            if relay_host is not None:
+                gateway.relay_host = "127.0.0.1" if loopback else relay_host
             yield gateway
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine's loopback (what other machines cannot reach)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def scripted_upstream(unit: WorkUnit, model: ModelSpec) -> ScriptedModel:
@@ -115,7 +135,7 @@ def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[Work
     )
     if gateway.relay_host is not None:
         # Where the unit runs, this machine's socket and loopback mean nothing: only the relay address.
-        relay = f"{gateway.relay_host}:{gateway.ports[gateway.relay_host]}"
+        relay = join_address(gateway.relay_host, gateway.ports[gateway.relay_host])
         endpoint = endpoint.model_copy(update={"base_url": None, "socket": None, "relay": relay})
     return dataclasses.replace(unit, endpoint=endpoint), token
 
@@ -147,5 +167,12 @@ def settle(output: TaskOutput, used: Grant, task_dir: Path, model: ModelSpec | N
         update["exit_reason"] = ExitReason.MAX_ITERATIONS if turns else ExitReason.BUDGET
         update["error"] = f"{'turn cap reached' if turns else 'budget exhausted'}: {used.exhausted}"
         update["mask_sample"] = output.result.mask_sample or output.result.resolved
+    if update.get("error_kind", output.result.error_kind) == "infra" and "trajectory_path" in update:
+        # The task runs again, and its next attempt writes trajectory.jsonl afresh: this attempt's
+        # calls (spent, and paid for) stay under a name of their own, which its row points at.
+        kept = f"trajectory.attempt-{output.result.attempt}.jsonl"
+        with contextlib.suppress(OSError):
+            (task_dir / TRAJECTORY).replace(task_dir / kept)
+            update["trajectory_path"] = f"tasks/{task_dir.name}/{kept}"
     result = output.result.model_copy(update=update)
     return dataclasses.replace(output, result=result)

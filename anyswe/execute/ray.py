@@ -11,10 +11,10 @@ A model task is the exception: its gateway grant (token, budget, trajectory) bel
 and a lost attempt has spent model calls, so Ray does not re-run it; the loss comes back as an infra
 error, recorded with its usage, and the driver runs the task again with a fresh grant.
 
-Model cells need the model gateway, which listens on the driver's machine. While every node is this
-machine, units reach it as local units do. On a cluster of several hosts (or with the spec's
-``executor.gateway_host``) the gateway listens on this machine's cluster address as well, and each
-unit runs inside a relay on its node (gateway/relay.py) that pipes its calls there.
+Model cells need the model gateway, which listens on the driver's machine. On Ray every model unit
+runs inside a relay on its node (gateway/relay.py) that pipes its calls to the gateway: over
+loopback while every node is this machine, else to this machine's cluster address (or the spec's
+``executor.gateway_host``), where the gateway listens as well.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from anyswe.errors import RuntimeNotAvailable
+from anyswe.execute.models import is_loopback
 from anyswe.execute.task import failed_output
 from anyswe.execute.worker import Worker, run_unit
 
@@ -100,12 +101,26 @@ class RayRunner:
         missing = sorted({u.provider.type for u in units} - {k for k, v in have.items() if v >= 1})
         nodes = self._ray.nodes()  # type: ignore[no-untyped-call]
         hosts = {n.get("NodeManagerAddress") for n in nodes if n.get("Alive")}
-        if len(hosts) > 1 and self.gateway_host is None and any(u.model is not None for u in units):
-            self.gateway_host = self._ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        if any(u.model is not None for u in units):
+            self._gateway_address(hosts)
         if missing:
             raise RuntimeNotAvailable(
                 f"no node of the Ray cluster advertises {', '.join(missing)}: start nodes with "
                 f"`ray start --resources='{{\"{missing[0]}\": N}}'` (N: tasks at once on that node)"
+            )
+
+    def _gateway_address(self, hosts: set[str]) -> None:
+        """Where nodes reach the gateway. Units always go through a relay on their node (so a node the
+        cluster gains later is no different): loopback while every node is this machine, else this
+        machine's address in the cluster, or the spec's."""
+        here = self._ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        others = sorted(h for h in hosts if h != here and not is_loopback(h))
+        if self.gateway_host is None:
+            self.gateway_host = here if others else "127.0.0.1"
+        elif others and is_loopback(self.gateway_host):
+            raise RuntimeNotAvailable(
+                f"executor.gateway_host {self.gateway_host} is this machine's loopback, which the Ray nodes on "
+                f"{', '.join(others)} cannot reach: give an address of this machine they can (or leave it unset)"
             )
 
     async def run(self, unit: WorkUnit) -> TaskOutput:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from anyswe.agents import agent_class
+from anyswe.errors import RuntimeNotAvailable
 from anyswe.images.resolve import ImageResolver
 from anyswe.sandbox import provider_class
 from anyswe.sandbox.labels import LABEL_OWNER, LABEL_RUN, LABEL_TASK, current_owner, owner_alive
@@ -54,13 +55,25 @@ class Worker:
         from anyswe.execute.task import run_task
 
         endpoint = unit.endpoint
-        if endpoint is not None and endpoint.relay is not None:
-            # The gateway is on the driver's machine: this unit's calls go through a relay here.
-            from anyswe.gateway.relay import Relay
+        if endpoint is None or endpoint.relay is None:
+            return await run_task(unit, self)
+        # The gateway is on the driver's machine: this unit's calls go through a relay here.
+        from anyswe.execute.task import failed_output
+        from anyswe.gateway.relay import Relay
 
+        try:
             async with Relay(endpoint.relay) as relay:
-                return await run_task(dataclasses.replace(unit, endpoint=relay.endpoint(endpoint)), self)
-        return await run_task(unit, self)
+                output = await run_task(dataclasses.replace(unit, endpoint=relay.endpoint(endpoint)), self)
+        except RuntimeNotAvailable as exc:  # the gateway cannot be reached from here
+            return failed_output(unit, "infra", str(exc))
+        result = output.result
+        if relay.failures and not result.resolved and result.error_kind in (None, "agent"):
+            # Calls that never reached the model say nothing about the agent: an infra error, run again.
+            error = f"{relay.failures} model calls could not reach the gateway at {endpoint.relay}: "
+            error += relay.last_failure
+            update = {"error_kind": "infra", "error": error, "mask_sample": True}
+            output = dataclasses.replace(output, result=result.model_copy(update=update))
+        return output
 
     async def collect_orphans(self, task_keys: set[str]) -> list[str]:
         """Remove sandboxes of these tasks whose owner died (an earlier apply killed with -9); their names."""

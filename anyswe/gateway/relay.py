@@ -6,13 +6,17 @@ unit whose endpoint names a ``relay`` address (``host:port`` of the gateway as t
 it) runs inside a :class:`Relay`: a unix socket and a loopback port on the node, each connection
 piped byte for byte to the gateway. Nothing is parsed or kept here; tokens, budgets and trajectories
 stay the gateway's, on the driver.
+
+A node that cannot reach the gateway must not pass for an agent that failed: the relay connects
+once before the unit starts (a clear infra error otherwise), and counts connections it could not
+carry, which make an unresolved result an infra error too (see ``Worker.run``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import socket
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +27,8 @@ if TYPE_CHECKING:
     from anyswe.model import ModelEndpoint
 
 _CHUNK = 64 * 1024
+#: Seconds to wait for the gateway to accept a connection.
+CONNECT_TIMEOUT = 30.0
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -33,22 +39,37 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def join_address(host: str, port: int) -> str:
+    """``host:port``, an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class Relay:
     """``async with Relay("10.0.0.5:41234") as relay: endpoint = relay.endpoint(endpoint)``."""
 
     def __init__(self, address: str) -> None:
+        self.address = address
         self.host, self.port = split_address(address)
         self._servers: list[asyncio.Server] = []
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self._open: set[asyncio.StreamWriter] = set()
         self.socket: Path | None = None
         self.local_port = 0
+        #: Connections an agent made that could not reach the gateway, and the last reason.
+        self.failures = 0
+        self.last_failure = ""
 
     async def __aenter__(self) -> Relay:
-        # The socket's directory is bind-mounted into sandboxes (read-write, so they can connect):
-        # a directory of its own, private to this user.
+        try:
+            _, probe = await self._connect()
+        except (OSError, TimeoutError) as exc:
+            raise RuntimeNotAvailable(
+                f"this node ({socket.gethostname()}) cannot reach the model gateway at {self.address} "
+                f"(the driver's executor.gateway_host; is its port open to the nodes?): {exc or type(exc).__name__}"
+            ) from None
+        probe.close()
+        # The socket's directory is bind-mounted into sandboxes: a directory of its own (mkdtemp: 0700).
         self._dir = tempfile.TemporaryDirectory(prefix="anyswe-relay-")
-        os.chmod(self._dir.name, 0o700)
         self.socket = Path(self._dir.name) / "gateway.sock"
         try:
             self._servers.append(await asyncio.start_unix_server(self._serve, path=str(self.socket)))
@@ -72,10 +93,10 @@ class Relay:
     async def close(self) -> None:
         for server in self._servers:
             server.close()
-        # Open connections are closed, not their handlers cancelled (a cancelled handler of
-        # asyncio's server is logged as an error): their reads end and the handlers return.
+        # Open connections are aborted, not their handlers cancelled (a cancelled handler of
+        # asyncio's server is logged as an error); an abort does not wait for a peer that stopped reading.
         for writer in list(self._open):
-            writer.close()
+            writer.transport.abort()
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
@@ -84,13 +105,18 @@ class Relay:
             self._dir.cleanup()
             self._dir = None
 
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.wait_for(asyncio.open_connection(self.host, self.port), CONNECT_TIMEOUT)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._open.add(writer)
         try:
             try:
-                up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
-            except OSError:
-                # The agent sees a refused connection, as it would with the gateway gone.
+                up_reader, up_writer = await self._connect()
+            except (OSError, TimeoutError) as exc:
+                # The agent sees its connection closed unanswered; the unit learns of it (failures).
+                self.failures += 1
+                self.last_failure = f"{type(exc).__name__}: {exc}"
                 return
             self._open.add(up_writer)
             try:
@@ -111,5 +137,5 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             await writer.drain()
         if writer.can_write_eof():
             writer.write_eof()
-    except (ConnectionError, OSError):
+    except OSError:
         writer.close()

@@ -7,9 +7,10 @@ list models with ``GET /v1/models``. Each task is granted its own token (``x-api
 its model, refuses unknown or revoked tokens, records every call into the task's trajectory,
 counts its usage and enforces its budget. Upstream keys never leave this process.
 
-It listens on TCP (loopback, and the docker bridge gateway so containers on the bridge reach it)
-and on a unix socket (for sandboxes with the ``gateway`` network, where anyswe's helper relays
-``127.0.0.1:<port>`` inside to it).
+It listens on loopback TCP (host-side agents), on a unix socket (for sandboxes with the ``gateway``
+network, where anyswe's helper relays ``127.0.0.1:<port>`` inside to it), and, when units run on
+other machines, on this machine's address in their cluster, where their nodes' relays connect
+(``gateway/relay.py``). It speaks plain HTTP; per-task tokens are its only credential.
 """
 
 from __future__ import annotations
@@ -165,13 +166,12 @@ class Gateway:
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         return app
 
-    async def start(self, hosts: tuple[str, ...] = ("127.0.0.1",)) -> None:
-        """Listen on a free port on each of ``hosts`` (one port for all) and on a unix socket."""
+    async def start(self, hosts: tuple[str, ...] = ("127.0.0.1",), *, port: int = 0) -> None:
+        """Listen on ``port`` (0: a free one) on each of ``hosts`` (one port for all) and on a unix socket."""
         from aiohttp import web
 
         self._runner = web.AppRunner(self._app(), access_log=None)
         await self._runner.setup()
-        port = 0
         for host in hosts:
             site = web.TCPSite(self._runner, host, port)
             await site.start()

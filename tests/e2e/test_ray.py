@@ -216,8 +216,8 @@ def test_a_node_killed_mid_run_still_records_every_task_once(tmp_path: Path) -> 
 def test_a_model_task_lost_with_its_node_runs_again_under_a_new_grant(tmp_path: Path) -> None:
     """mini-swe-agent with the scripted model (slow replies) on Ray; the second node is killed mid-task.
 
-    The gateway is reached as on a cluster of several hosts: ``gateway_host`` set, units get only
-    its address and each runs inside a relay on its node (without one, the agent has no endpoint).
+    On Ray a model unit gets only the gateway's address and runs inside a relay on its node
+    (without it, the agent would have no endpoint), as on a cluster of several hosts.
     The lost attempt is an infra row with its own usage; the driver runs the task again with a fresh
     gateway token, so the final row's calls and trajectory are that attempt's alone."""
     ids = ["demo__calc-1", "demo__slug-2", "demo__settings-3"]
@@ -228,7 +228,6 @@ def test_a_model_task_lost_with_its_node_runs_again_under_a_new_grant(tmp_path: 
         "models": {"slow": {"api": "scripted", "protocol": "openai-chat", "misbehave": "slow", "delay": 3}},
         "providers": {"docker": {"type": "docker"}},
         "retries": {"max_attempts": 3, "backoff": 1},
-        "executor": {"type": "ray", "gateway_host": "127.0.0.1"},
         "output_dir": str(tmp_path / "model-killed"),
     }
     path = tmp_path / "model-killed.yaml"
@@ -249,3 +248,7 @@ def test_a_model_task_lost_with_its_node_runs_again_under_a_new_grant(tmp_path: 
         assert again["model_calls"] == 2
         traj = tmp_path / "model-killed" / str(again["trajectory_path"])
         assert len(traj.read_text().splitlines()) == 2
+        if r["model_calls"]:  # the lost attempt's calls are kept apart, where its row points
+            assert str(r["trajectory_path"]).endswith(f"trajectory.attempt-{r['attempt']}.jsonl")
+            spent = tmp_path / "model-killed" / str(r["trajectory_path"])
+            assert len(spent.read_text().splitlines()) == r["model_calls"]

@@ -15,7 +15,7 @@ import pytest
 
 from anyswe.errors import RuntimeNotAvailable
 from anyswe.gateway import Gateway, ScriptedModel
-from anyswe.gateway.relay import Relay, split_address
+from anyswe.gateway.relay import Relay, join_address, split_address
 from anyswe.model import ModelEndpoint
 
 pytestmark = pytest.mark.anyio
@@ -91,17 +91,41 @@ async def test_calls_through_the_relay_reach_the_gateway_and_count(gateway: Gate
     assert grant.calls == 2 and len(trajectory.read_text().splitlines()) == 2
 
 
-async def test_a_relay_whose_gateway_is_gone_refuses_the_connection(tmp_path: Path) -> None:
-    async with Relay("127.0.0.2:1") as relay:
-        reader, writer = await asyncio.open_connection("127.0.0.1", relay.local_port)
+async def test_a_relay_that_cannot_reach_its_gateway_says_so_before_the_unit_starts() -> None:
+    with pytest.raises(RuntimeNotAvailable, match=r"cannot reach the model gateway at 127\.0\.0\.2:1 "):
+        async with Relay("127.0.0.2:1"):
+            pass
+
+
+async def test_calls_that_cannot_reach_a_gateway_gone_meanwhile_are_counted(tmp_path: Path) -> None:
+    async with Gateway(socket_dir=tmp_path / "sock") as gw:
+        await gw.start()
+        relay = Relay(f"127.0.0.1:{gw.ports['127.0.0.1']}")
+        await relay.__aenter__()
+    try:  # the gateway is closed now; the agent's connection is closed unanswered, and counted
+        reader, writer = await asyncio.open_unix_connection(str(relay.socket))
         writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
         await writer.drain()
-        assert await asyncio.wait_for(reader.read(), 30) == b""  # closed, no reply
+        assert await asyncio.wait_for(reader.read(), 30) == b""
         writer.close()
+        assert relay.failures == 1 and "ConnectionRefusedError" in relay.last_failure
+    finally:
+        await relay.close()
+
+
+async def test_closing_the_relay_ends_open_connections(gateway: Gateway) -> None:
+    async with Relay(f"127.0.0.2:{gateway.ports['127.0.0.2']}") as relay:
+        reader, writer = await asyncio.open_connection("127.0.0.1", relay.local_port)
+        writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")  # a request never finished
+        await writer.drain()
+        await asyncio.sleep(0.2)
+    assert await asyncio.wait_for(reader.read(), 30) == b""  # closed by the relay, not left hanging
+    writer.close()
 
 
 def test_relay_addresses_are_checked() -> None:
     assert split_address("10.1.2.3:4000") == ("10.1.2.3", 4000)
+    assert join_address("fe80::1", 4000) == "[fe80::1]:4000" and join_address("10.1.2.3", 1) == "10.1.2.3:1"
     assert split_address("[fe80::1]:4000") == ("fe80::1", 4000)
     for bad in ("10.1.2.3", ":4000", "host:port"):
         with pytest.raises(RuntimeNotAvailable, match="not host:port"):

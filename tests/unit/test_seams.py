@@ -174,6 +174,44 @@ def test_units_that_run_elsewhere_get_only_the_gateways_relay_address(tmp_path: 
 
     here, _ = asyncio.run(granted(None))
     assert here.relay is None and here.socket and here.base_url  # type: ignore[attr-defined]
-    away, status = asyncio.run(granted("127.0.0.2"))
-    assert (away.socket, away.base_url) == (None, None) and str(away.relay).startswith("127.0.0.2:")  # type: ignore[attr-defined]
-    assert status == 200  # the gateway answers at the relay address
+    away, status = asyncio.run(granted("localhost"))
+    assert (away.socket, away.base_url) == (None, None) and str(away.relay).startswith("127.0.0.1:")  # type: ignore[attr-defined]
+    assert status == 200  # the gateway answers at the relay address (loopback names: its loopback port)
+
+
+def test_a_unit_whose_node_cannot_reach_the_gateway_is_an_infra_error(tmp_path: Path) -> None:
+    """Not an agent failure: the relay cannot connect, so the task never starts and is run again."""
+    import asyncio
+    import dataclasses
+
+    from anyswe.execute.worker import Worker
+    from anyswe.model import ModelEndpoint
+
+    text = SPEC.replace("gold: {type: gold}", "mini: {type: mini-swe-agent}") + "models:\n  s: {api: scripted}\n"
+    plan = make_plan(load_spec(spec_path(tmp_path, text)))
+    unit = make_unit(plan, plan.tasks[0], run_id="r", attempt=1)
+    endpoint = ModelEndpoint(name="s", api="openai-chat", model="scripted", token="t", relay="127.0.0.2:1")
+    output = asyncio.run(Worker().run(dataclasses.replace(unit, endpoint=endpoint)))
+    assert output.result.error_kind == "infra" and not output.result.resolved
+    assert "cannot reach the model gateway at 127.0.0.2:1" in str(output.result.error)
+
+
+def test_a_lost_attempts_calls_are_kept_apart_from_the_next_attempts(tmp_path: Path) -> None:
+    """The retry rewrites trajectory.jsonl; the infra row of the attempt before points at its own copy."""
+    from anyswe.execute.models import TRAJECTORY, settle
+    from anyswe.execute.task import failed_output
+    from anyswe.gateway import Grant, ScriptedModel
+
+    text = SPEC.replace("gold: {type: gold}", "mini: {type: mini-swe-agent}") + "models:\n  s: {api: scripted}\n"
+    plan = make_plan(load_spec(spec_path(tmp_path, text)))
+    unit = make_unit(plan, plan.tasks[0], run_id="r", attempt=2)
+    task_dir = tmp_path / "tasks" / unit.key
+    task_dir.mkdir(parents=True)
+    (task_dir / TRAJECTORY).write_text('{"call": 1}\n')
+    used = Grant(unit.key, "s", ScriptedModel([]), calls=1)
+    lost = settle(failed_output(unit, "infra", "the node died"), used, task_dir).result
+    assert lost.trajectory_path == f"tasks/{unit.key}/trajectory.attempt-2.jsonl" and lost.model_calls == 1
+    assert (tmp_path / lost.trajectory_path).read_text() == '{"call": 1}\n' and not (task_dir / TRAJECTORY).exists()
+    (task_dir / TRAJECTORY).write_text('{"call": 1}\n')
+    done = settle(failed_output(unit, "agent", "gave up"), used, task_dir).result
+    assert done.trajectory_path == f"tasks/{unit.key}/{TRAJECTORY}"  # a verdict's own calls keep the usual name

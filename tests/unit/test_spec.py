@@ -65,6 +65,10 @@ def test_good_spec_and_defaults(tmp_path: Path) -> None:
             GOOD + "executor:\n  type: ray\n  gateway_host: 0.0.0.0\n",
             ":16:3: executor.gateway_host: Value error, must be an address the nodes can connect to",
         ),
+        (
+            GOOD + "executor:\n  type: ray\n  gateway_host: '10.0.0.5:8080'\n",
+            ":16:3: executor.gateway_host: Value error, must be an address or host name without a port",
+        ),
     ],
 )
 def test_errors_name_file_line_column_and_field(tmp_path: Path, text: str, expected: str) -> None:
