@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
+from anyswe._threads import in_thread
 from anyswe.agents.base import Agent, AgentConfig, AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import AgentError
 
@@ -183,7 +184,7 @@ class MiniSweAgent(Agent):
         with tempfile.TemporaryDirectory(prefix="anyswe-mswea-") as tmp:
             traj = Path(tmp) / "mini-swe-agent.traj.json"
             try:
-                result = await asyncio.to_thread(self._run_sync, ctx, asyncio.get_running_loop(), traj, stop)
+                result = await in_thread(self._run_sync, ctx, asyncio.get_running_loop(), traj, stop)
             except asyncio.CancelledError:
                 # The host stopped the agent (its timeout): its thread stops at its next step or call.
                 stop.set()

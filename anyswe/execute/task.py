@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from anyswe._threads import in_thread
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import GradingError, InfraError
 from anyswe.execute.seal import seal_repository
@@ -209,7 +210,7 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
         try:
             request = SandboxRequest(image, run_id=unit.run_id, task_id=unit.key, phase="agent")
             # An agent may need more of its sandbox (its bundle, the gateway): building a bundle takes a while.
-            request = await asyncio.to_thread(agent.sandbox_request, request, model=unit.endpoint, state_dir=state_dir)
+            request = await in_thread(agent.sandbox_request, request, model=unit.endpoint, state_dir=state_dir)
             sandbox = await trace.timed("time_sandbox_start", provider.start(request))
         except BaseException:
             remove_state()

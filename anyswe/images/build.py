@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anyswe import _proc
+from anyswe._threads import in_thread
 from anyswe.config import cache_dir
 from anyswe.errors import ImageBuildError, ImageNotFound
 
@@ -57,7 +58,7 @@ async def _build_lock(key: str) -> AsyncIterator[None]:
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         fh = open(lock_path, "w")  # noqa: SIM115 - held across awaits
         try:
-            await asyncio.to_thread(fcntl.flock, fh, fcntl.LOCK_EX)
+            await in_thread(fcntl.flock, fh, fcntl.LOCK_EX)
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
@@ -115,14 +116,14 @@ async def save_image(image: str, archive: Path) -> None:
     from python_on_whales.exceptions import DockerException
 
     try:
-        await asyncio.to_thread(_docker().image.save, image, output=archive)
+        await in_thread(_docker().image.save, image, output=archive)
     except DockerException as exc:
         raise ImageBuildError(f"docker save {image} failed: {exc.stderr or exc}") from None
 
 
 async def _apptainer_build(apptainer: str, sif: Path, archive: Path, timeout: float) -> None:
     argv = sif_build_argv(apptainer)
-    acquiring = asyncio.ensure_future(asyncio.to_thread(_SIF_BUILDS.acquire))
+    acquiring = asyncio.ensure_future(in_thread(_SIF_BUILDS.acquire))
     try:
         await asyncio.shield(acquiring)
     except asyncio.CancelledError:
@@ -237,5 +238,5 @@ async def ensure_sif(image: str, *, apptainer: str = "apptainer", timeout: float
             part = Path(tmp) / "image.sif"
             await _apptainer_build(apptainer, part, archive, timeout)
             os.replace(part, sif)  # atomic: a reader never sees half a SIF
-            await asyncio.to_thread(write_sidecar, sif, source=image, source_digest=full_id, built_from="daemon")
+            await in_thread(write_sidecar, sif, source=image, source_digest=full_id, built_from="daemon")
     return sif

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from anyswe import _proc
+from anyswe._threads import in_thread
 from anyswe.config import base_image
 from anyswe.datasets import format_image, image_builder, image_fields
 from anyswe.errors import AnysweError, ImageBuildError, RuntimeNotAvailable
@@ -216,9 +217,7 @@ async def _sif(job: ImageJob, apptainer: str, timeout: float) -> None:
             raise ImageBuildError(f"the SIF built from {job.ref} does not check out: {check.stderr.decode()[-300:]}")
         os.replace(part, target)  # only a checked SIF gets its final name
         built_from = "registry" if job.from_registry else "daemon"
-        await asyncio.to_thread(
-            write_sidecar, target, source=job.ref, source_digest=source_digest, built_from=built_from
-        )
+        await in_thread(write_sidecar, target, source=job.ref, source_digest=source_digest, built_from=built_from)
         job.status = "built"
     finally:
         part.unlink(missing_ok=True)

@@ -164,7 +164,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
             return Provenance()
         from anyswe.images.build import sif_provenance
 
-        return await asyncio.to_thread(sif_provenance, Path(image))
+        return await self.blocking(sif_provenance, Path(image))
 
     def default_network(self) -> NetworkPolicy:
         return self.config.network
@@ -254,7 +254,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         if process is None or _running(process):
             with contextlib.suppress(Exception):
                 await _proc.run([self.config.binary, "instance", "stop", "--force", name], timeout=60)
-        await asyncio.to_thread(shutil.rmtree, self._state(name), True)
+        await self.blocking(shutil.rmtree, self._state(name), True)
 
     async def gone_reason(self, name: str) -> str | None:
         process = self._processes.get(name)
@@ -273,7 +273,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
             pids = {(i.get("instance") or i.get("daemon_name") or ""): int(i.get("pid") or 0) for i in found}
             return {n: pid for n, pid in pids.items() if n.startswith(NAME_PREFIX)}
 
-        return await asyncio.to_thread(_list)
+        return await self.blocking(_list)
 
     async def sandboxes(self) -> dict[str, dict[str, str] | None]:
         """Running anyswe instances and state dirs (overlays) that outlived theirs, with their labels."""

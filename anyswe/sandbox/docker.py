@@ -93,6 +93,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
     def __init__(self, config: DockerConfig | None = None) -> None:
         super().__init__(config or DockerConfig())
         self._docker = _client()
+        self._present: set[str] = set()
 
     @property
     def docker_cmd(self) -> list[str]:
@@ -104,7 +105,14 @@ class DockerProvider(SandboxProvider[DockerConfig]):
             raise RuntimeNotAvailable.from_proc("docker does not answer (run scripts/provision.sh docker)", r)
 
     async def image_exists(self, image: str) -> bool:
-        return await asyncio.to_thread(self._docker.image.exists, image)
+        # A present image is remembered (one `docker image inspect` per image, not per sandbox); one
+        # removed meanwhile fails its `docker run --pull never`, which forgets it.
+        if image in self._present:
+            return True
+        exists = await self.blocking(self._docker.image.exists, image)
+        if exists:
+            self._present.add(image)
+        return exists
 
     async def runnable_image(self, docker_image: DockerRef, fields: Mapping[str, str]) -> str:
         return await docker_image()
@@ -137,7 +145,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         from python_on_whales.exceptions import NoSuchContainer
 
         with contextlib.suppress(NoSuchContainer):
-            await asyncio.to_thread(self._docker.container.remove, name, force=True, volumes=True)
+            await self.blocking(self._docker.container.remove, name, force=True, volumes=True)
 
     def _run_options(self, request: SandboxRequest, network: NetworkPolicy) -> dict[str, Any]:
         cfg = self.config
@@ -162,7 +170,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
 
     async def _image_workdir(self, image: str) -> str:
         # python-on-whales gives the WORKDIR as a Path: an unset one reads as "."
-        workdir = (await asyncio.to_thread(self._docker.image.inspect, image)).config.working_dir
+        workdir = (await self.blocking(self._docker.image.inspect, image)).config.working_dir
         return str(workdir) if workdir and str(workdir).startswith("/") else "/"
 
     async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> None:
@@ -177,7 +185,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
             # `sleep infinity` as the entrypoint keeps the container up whatever the image's CMD.
             options = self._run_options(request, network)
             run = asyncio.ensure_future(
-                asyncio.to_thread(lambda: self._docker.run(request.image, ["infinity"], entrypoint="sleep", **options))
+                self.blocking(lambda: self._docker.run(request.image, ["infinity"], entrypoint="sleep", **options))
             )
             try:
                 container = await asyncio.shield(run)
@@ -190,6 +198,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
             if not getattr(container, "id", None):
                 raise SandboxStartError(f"`docker run -d` returned no container id for {request.name}")
         except DockerException as exc:
+            self._present.discard(request.image)
             await asyncio.shield(self.remove(request.name))
             raise SandboxStartError(
                 f"docker could not start a sandbox from {request.image!r}",
@@ -211,7 +220,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         from python_on_whales.exceptions import NoSuchContainer
 
         try:
-            state = (await asyncio.to_thread(self._docker.container.inspect, name)).state
+            state = (await self.blocking(self._docker.container.inspect, name)).state
         except NoSuchContainer:
             return "the container was removed"
         if state.running:
@@ -236,7 +245,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         # gc) makes it fail, and a new listing does not have it.
         for _ in range(4):
             try:
-                return await asyncio.to_thread(_list)
+                return await self.blocking(_list)
             except NoSuchContainer:
                 await asyncio.sleep(0.1)
-        return await asyncio.to_thread(_list)
+        return await self.blocking(_list)
