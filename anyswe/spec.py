@@ -7,7 +7,6 @@ Every error names the file, line, column and field (``specs/x.yaml:12:5: agents.
 from __future__ import annotations
 
 import io
-import ipaddress
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -93,25 +92,17 @@ class ExecutorSpec(_Strict):
     )
     gateway_host: str | None = Field(
         default=None,
-        description="Ray, model cells: this machine's address as the nodes reach it (an IP or a host name, "
-        "no port); the model gateway listens there too and every node relays its units' calls to it. "
-        "Default: loopback while every node is this machine, else this machine's address in the Ray cluster.",
+        description="Ray, model cells: this machine's address as the nodes reach it (no port), where the "
+        "model gateway listens too; default: loopback if every node is this machine, else its Ray address.",
     )
-    gateway_port: int = Field(
-        default=0, ge=0, le=65535, description="Ray, model cells: the gateway's port (0: any free one)."
-    )
+    gateway_port: int = Field(default=0, ge=0, le=65535, description="Ray, model cells: the gateway's port (0: any).")
 
     @field_validator("gateway_host")
     @classmethod
     def _concrete_host(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        host = value.strip().strip("[]")
-        if ":" in host:
-            try:
-                ipaddress.IPv6Address(host)
-            except ValueError:
-                raise ValueError("must be an address or host name without a port (the port: gateway_port)") from None
+        host = None if value is None else value.strip().strip("[]")
+        if host is not None and (host.count(":") == 1 or "]" in host):  # IPv6 has two colons or more
+            raise ValueError("must be an address or host name without a port (the port: gateway_port)")
         if host in ("", "0.0.0.0", "::"):
             raise ValueError("must be an address the nodes can connect to, not a wildcard")
         return host
