@@ -34,7 +34,9 @@ gc:
 # Benchmarks (figures, never pass/fail; docs/performance.md records them).
 bench: setup
     uv run python bench/regrade_corpus.py
+    uv run python bench/swebench_import.py
     uv run python bench/tables.py
     uv run python bench/overhead.py
     uv run python bench/concurrency.py
+    uv run python bench/concurrency.py --provider apptainer
     uv run python bench/footprint.py
