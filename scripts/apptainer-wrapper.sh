@@ -9,6 +9,10 @@
 set -euo pipefail
 ROOT=${ANYSWE_APPTAINER_ROOT:-@APPTAINER_ROOT@}
 if [ "${1:-}" = "__enter" ]; then
+  # A failure of the wrapper itself is the runtime's failure: apptainer's own way of saying so (exit
+  # 255, FATAL), so that anyswe reports an infra error instead of passing the exit code off as the
+  # command's.
+  trap 'echo "FATAL:   anyswe apptainer wrapper: line $LINENO failed: $BASH_COMMAND" >&2; exit 255' ERR
   shift
   cwd=$1; shift
   mount --bind "$ROOT" "$ROOT"
@@ -24,7 +28,9 @@ if [ "${1:-}" = "__enter" ]; then
   # Every apptainer call passes through here (a task makes several): the checks are bash builtins
   # over one read of the mount table, not a `mountpoint` and a `mkdir` process per directory.
   declare -A bound=()
-  while read -r _ _ _ _ mp _; do bound[$mp]=1; done </proc/self/mountinfo
+  # Read whole, then parsed: `read` on a /proc file reads in pieces and seeks back between them.
+  mounts=$(</proc/self/mountinfo)
+  while read -r _ _ _ _ mp _; do if [ -n "$mp" ]; then bound[$mp]=1; fi; done <<<"$mounts"
   done_dirs=()
   for d in "${binds[@]}"; do
     [ -n "$d" ] && [ -d "$d" ] || continue

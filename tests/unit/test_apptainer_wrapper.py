@@ -1,0 +1,48 @@
+"""The wrapper that runs apptainer from its own root (scripts/apptainer-wrapper.sh): a failure of the
+wrapper itself reads as the runtime's failure (exit 255, FATAL), as apptainer reports its own, so a
+task gets an infra error rather than an exit code passed off as its command's."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "apptainer-wrapper.sh"
+
+pytestmark = pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs root")
+
+
+#: The root provisioned by scripts/provision.sh (its default APPTAINER_ROOT).
+PROVISIONED = Path("/var/lib/anyswe/apptainer-root")
+
+
+def _fake_root(tmp_path: Path) -> Path:
+    """A root with an `apptainer` but no /proc to mount onto: the wrapper's own step fails."""
+    root = tmp_path / "root"
+    (root / "usr" / "bin").mkdir(parents=True)
+    fake = root / "usr" / "bin" / "apptainer"
+    fake.write_text('#!/bin/sh\necho "fake apptainer $*"\n')
+    fake.chmod(0o755)
+    return root
+
+
+def _run(tmp_path: Path, root: Path) -> subprocess.CompletedProcess[str]:
+    wrapper = tmp_path / "apptainer"
+    wrapper.write_text(SCRIPT.read_text().replace("@APPTAINER_ROOT@", str(root)))
+    wrapper.chmod(0o755)
+    env = {**os.environ, "ANYSWE_APPTAINER_ROOT": str(root)}
+    return subprocess.run([str(wrapper), "--version"], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_a_wrapper_failure_is_reported_as_apptainer_reports_its_own(tmp_path: Path) -> None:
+    r = _run(tmp_path, _fake_root(tmp_path))
+    assert r.returncode == 255 and "FATAL:" in r.stderr and "anyswe apptainer wrapper" in r.stderr, r
+
+
+def test_the_wrapper_in_the_checkout_enters_the_provisioned_root(tmp_path: Path) -> None:
+    r = _run(tmp_path, PROVISIONED)
+    assert r.returncode == 0 and r.stdout.startswith("apptainer version "), r
