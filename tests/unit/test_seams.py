@@ -178,6 +178,27 @@ def test_units_that_run_elsewhere_get_only_the_gateways_relay_address(tmp_path: 
     assert (away.socket, away.base_url) == (None, None) and str(away.relay).startswith("127.0.0.1:")  # type: ignore[attr-defined]
     assert status == 200  # the gateway answers at the relay address (loopback names: its loopback port)
 
+    # A fixed port (executor.gateway_port, for a firewall) is the one used; a taken one is a clear error.
+    import socket
+
+    from anyswe.errors import RuntimeNotAvailable
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        async def on_port() -> str:
+            async with run_gateway(units, "127.0.0.1", port) as gateway:
+                assert gateway is not None
+                return str(grant(gateway, units[0], tmp_path / "task")[0].endpoint.relay)  # type: ignore[union-attr]
+
+        with pytest.raises(
+            RuntimeNotAvailable, match=r"cannot listen on 127\.0\.0\.1, port \d+ \(executor\.gateway_host"
+        ):
+            asyncio.run(on_port())
+    assert asyncio.run(on_port()) == f"127.0.0.1:{port}"  # free again: used as given
+
 
 def test_a_unit_whose_node_cannot_reach_the_gateway_is_an_infra_error(tmp_path: Path) -> None:
     """Not an agent failure: the relay cannot connect, so the task never starts and is run again."""
