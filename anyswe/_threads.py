@@ -1,11 +1,11 @@
-"""Blocking work that may take long (an agent's loop, a lock held by another process, a docker save),
-each on a thread of its own.
+"""Blocking calls that run alongside many others (an agent's loop, a lock held by another process, a
+docker save, a runtime's client call per sandbox), each on a thread of its own.
 
 ``asyncio.to_thread`` shares the loop's default pool of min(32, cores + 4) threads (6 on 2 cores).
-An agent loop holds its thread for the whole agent run. With more of those than threads, the
-others wait for a free thread while their sandboxes sit idle and their timeouts run, and so does
-every short call (the driver's recording of a row) behind them. Short calls keep ``to_thread``;
-anything that can block for long comes here.
+An agent loop holds its thread for the whole agent run, and a wave of sandbox starts holds one per
+`docker run`. With more of those than threads, the others wait for a free thread while their
+sandboxes sit idle and their timeouts run, and so does every short call (the driver's recording of
+a row) behind them. The driver's own short calls keep ``to_thread``; the rest comes here.
 """
 
 from __future__ import annotations

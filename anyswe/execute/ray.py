@@ -66,7 +66,7 @@ class RayRunner:
         self._joined_here = False  # a Ray the user (or a notebook) joined is theirs to leave
         self._started_here = False
         self._run_id = ""
-        #: Where nodes reach the model gateway: the spec's, or this machine's Ray address on a multi-host cluster.
+        #: Where nodes reach the model gateway: the spec's, or set by ``check`` (see ``_gateway_address``).
         self.gateway_host = gateway_host
 
     def _connect(self) -> None:

@@ -61,11 +61,13 @@ class Worker:
         from anyswe.execute.task import failed_output
         from anyswe.gateway.relay import Relay
 
+        relay = Relay(endpoint.relay)
         try:
-            async with Relay(endpoint.relay) as relay:
-                output = await run_task(dataclasses.replace(unit, endpoint=relay.endpoint(endpoint)), self)
-        except RuntimeNotAvailable as exc:  # the gateway cannot be reached from here
+            await relay.reachable()
+        except RuntimeNotAvailable as exc:
             return failed_output(unit, "infra", str(exc))
+        async with relay:
+            output = await run_task(dataclasses.replace(unit, endpoint=relay.endpoint(endpoint)), self)
         result = output.result
         if relay.failures and not result.resolved and result.error_kind in (None, "agent"):
             # Calls that never reached the model say nothing about the agent: an infra error, run again.

@@ -7,9 +7,9 @@ it) runs inside a :class:`Relay`: a unix socket and a loopback port on the node,
 piped byte for byte to the gateway. Nothing is parsed or kept here; tokens, budgets and trajectories
 stay the gateway's, on the driver.
 
-A node that cannot reach the gateway must not pass for an agent that failed: the relay connects
-once before the unit starts (a clear infra error otherwise), and counts connections it could not
-carry, which make an unresolved result an infra error too (see ``Worker.run``).
+A node that cannot reach the gateway must not pass for an agent that failed: ``Worker.run`` checks
+the relay can connect before the unit starts (a clear infra error otherwise), and the relay counts
+connections it could not carry, which make an unresolved result an infra error too.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def join_address(host: str, port: int) -> str:
 
 
 class Relay:
-    """``async with Relay("10.0.0.5:41234") as relay: endpoint = relay.endpoint(endpoint)``."""
+    """``await relay.reachable()``, then ``async with relay: endpoint = relay.endpoint(endpoint)``."""
 
     def __init__(self, address: str) -> None:
         self.address = address
@@ -59,7 +59,8 @@ class Relay:
         self.failures = 0
         self.last_failure = ""
 
-    async def __aenter__(self) -> Relay:
+    async def reachable(self) -> None:
+        """Connect to the gateway once; :class:`RuntimeNotAvailable` naming the address if this node cannot."""
         try:
             _, probe = await self._connect()
         except (OSError, TimeoutError) as exc:
@@ -68,6 +69,8 @@ class Relay:
                 f"(the driver's executor.gateway_host; is its port open to the nodes?): {exc or type(exc).__name__}"
             ) from None
         probe.close()
+
+    async def __aenter__(self) -> Relay:
         # The socket's directory is bind-mounted into sandboxes: a directory of its own (mkdtemp: 0700).
         self._dir = tempfile.TemporaryDirectory(prefix="anyswe-relay-")
         self.socket = Path(self._dir.name) / "gateway.sock"

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -28,6 +29,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from anyswe import _proc
+from anyswe._threads import in_thread
 from anyswe.errors import DatasetError, ImageNotFound, RuntimeNotAvailable, SandboxStartError
 from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.labels import NAME_PREFIX
@@ -132,7 +134,6 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         #: Instances this provider started -> their process (pid, start time), from ``--pid-file``:
         #: whether one still runs is a look in /proc, not an `instance list` (two apptainer runs).
         self._processes: dict[str, tuple[int, str]] = {}
-        self._template_lock = asyncio.Lock()
         self._version: str | None = None
 
     def _state(self, name: str) -> Path:
@@ -164,7 +165,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
             return Provenance()
         from anyswe.images.build import sif_provenance
 
-        return await self.blocking(sif_provenance, Path(image))
+        return await in_thread(sif_provenance, Path(image))
 
     def default_network(self) -> NetworkPolicy:
         return self.config.network
@@ -232,19 +233,21 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
     async def _overlay_template(self) -> Path:
         """An empty sparse overlay of the configured size, made by this apptainer (version in the name)."""
         cfg = self.config
-        async with self._template_lock:
-            if self._version is None:
-                r = await _proc.run([cfg.binary, "--version"], timeout=60)
-                self._version = hashlib.sha256(r.stdout).hexdigest()[:12]
-            path = cfg.state_dir / f".overlay-{cfg.overlay_size_mb}mb-{self._version}.img"
-            if not path.is_file():
-                cfg.state_dir.mkdir(parents=True, exist_ok=True)
-                part = path.with_name(f"{path.name}.part-{os.getpid()}")
-                part.unlink(missing_ok=True)
+        if self._version is None:
+            r = await _proc.run([cfg.binary, "--version"], timeout=60)
+            self._version = hashlib.sha256(r.stdout).hexdigest()[:12]
+        path = cfg.state_dir / f".overlay-{cfg.overlay_size_mb}mb-{self._version}.img"
+        if not path.is_file():
+            # Made under a name of its own, then renamed: whole or absent, whoever else makes one meanwhile.
+            cfg.state_dir.mkdir(parents=True, exist_ok=True)
+            part = path.with_name(f"{path.name}.part-{uuid.uuid4().hex}")
+            try:
                 overlay = ["overlay", "create", "--sparse", "--size", str(cfg.overlay_size_mb), str(part)]
                 await self._run_checked([cfg.binary, *overlay], "creating the overlay")
-                os.replace(part, path)  # whole or absent, whoever else makes one at the same time
-            return path
+                os.replace(part, path)
+            finally:
+                part.unlink(missing_ok=True)
+        return path
 
     async def remove(self, name: str) -> None:
         """Stop the instance (if any) and delete its state dir; idempotent."""
@@ -254,7 +257,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         if process is None or _running(process):
             with contextlib.suppress(Exception):
                 await _proc.run([self.config.binary, "instance", "stop", "--force", name], timeout=60)
-        await self.blocking(shutil.rmtree, self._state(name), True)
+        await in_thread(shutil.rmtree, self._state(name), True)
 
     async def gone_reason(self, name: str) -> str | None:
         process = self._processes.get(name)
@@ -273,7 +276,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
             pids = {(i.get("instance") or i.get("daemon_name") or ""): int(i.get("pid") or 0) for i in found}
             return {n: pid for n, pid in pids.items() if n.startswith(NAME_PREFIX)}
 
-        return await self.blocking(_list)
+        return await in_thread(_list)
 
     async def sandboxes(self) -> dict[str, dict[str, str] | None]:
         """Running anyswe instances and state dirs (overlays) that outlived theirs, with their labels."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field
 
 from anyswe import _proc
+from anyswe._threads import in_thread
 from anyswe.errors import ImageNotFound, RuntimeNotAvailable, SandboxStartError
 from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.labels import LABEL_MANAGED
@@ -109,7 +110,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         # removed meanwhile fails its `docker run --pull never`, which forgets it.
         if image in self._present:
             return True
-        exists = await self.blocking(self._docker.image.exists, image)
+        exists = await in_thread(self._docker.image.exists, image)
         if exists:
             self._present.add(image)
         return exists
@@ -145,7 +146,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         from python_on_whales.exceptions import NoSuchContainer
 
         with contextlib.suppress(NoSuchContainer):
-            await self.blocking(self._docker.container.remove, name, force=True, volumes=True)
+            await in_thread(self._docker.container.remove, name, force=True, volumes=True)
 
     def _run_options(self, request: SandboxRequest, network: NetworkPolicy) -> dict[str, Any]:
         cfg = self.config
@@ -170,7 +171,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
 
     async def _image_workdir(self, image: str) -> str:
         # python-on-whales gives the WORKDIR as a Path: an unset one reads as "."
-        workdir = (await self.blocking(self._docker.image.inspect, image)).config.working_dir
+        workdir = (await in_thread(self._docker.image.inspect, image)).config.working_dir
         return str(workdir) if workdir and str(workdir).startswith("/") else "/"
 
     async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> None:
@@ -185,7 +186,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
             # `sleep infinity` as the entrypoint keeps the container up whatever the image's CMD.
             options = self._run_options(request, network)
             run = asyncio.ensure_future(
-                self.blocking(lambda: self._docker.run(request.image, ["infinity"], entrypoint="sleep", **options))
+                in_thread(lambda: self._docker.run(request.image, ["infinity"], entrypoint="sleep", **options))
             )
             try:
                 container = await asyncio.shield(run)
@@ -220,7 +221,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         from python_on_whales.exceptions import NoSuchContainer
 
         try:
-            state = (await self.blocking(self._docker.container.inspect, name)).state
+            state = (await in_thread(self._docker.container.inspect, name)).state
         except NoSuchContainer:
             return "the container was removed"
         if state.running:
@@ -245,7 +246,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         # gc) makes it fail, and a new listing does not have it.
         for _ in range(4):
             try:
-                return await self.blocking(_list)
+                return await in_thread(_list)
             except NoSuchContainer:
                 await asyncio.sleep(0.1)
-        return await self.blocking(_list)
+        return await in_thread(_list)

@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -21,7 +19,6 @@ from anyswe.sandbox.request import GATEWAY_DIR, DockerRef, Mount, NetworkPolicy,
 from anyswe.sandbox.slots import Slots
 
 C = TypeVar("C", bound=ProviderConfig)
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -50,20 +47,6 @@ class SandboxProvider(ABC, Generic[C]):
         self.slots = Slots(config.concurrency)
         self._workdirs: dict[str, str] = {}
         self._stopping: set[asyncio.Task[None]] = set()
-        self._pool: ThreadPoolExecutor | None = None
-
-    async def blocking(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs)`` (a runtime call that blocks: python-on-whales, spython) on this
-        provider's own threads, as many as its sandboxes starting and being removed at once.
-
-        asyncio's default pool has min(32, cores + 4) threads, 6 on 2 cores: with more sandboxes
-        than that starting at once, their `docker run`s would wait for each other's threads.
-        """
-        if self._pool is None:
-            workers = 2 * self.config.concurrency + 2  # starts, background removals, listings
-            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"anyswe-{self.name}")
-        call = functools.partial(fn, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     def stop_later(self, sandbox: Sandbox[Any], then: Callable[[], None] | None = None) -> None:
         """Remove ``sandbox`` in the background (then call ``then``): a task's result need not wait for

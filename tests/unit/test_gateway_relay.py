@@ -93,8 +93,7 @@ async def test_calls_through_the_relay_reach_the_gateway_and_count(gateway: Gate
 
 async def test_a_relay_that_cannot_reach_its_gateway_says_so_before_the_unit_starts() -> None:
     with pytest.raises(RuntimeNotAvailable, match=r"cannot reach the model gateway at 127\.0\.0\.2:1 "):
-        async with Relay("127.0.0.2:1"):
-            pass
+        await Relay("127.0.0.2:1").reachable()
 
 
 async def test_calls_that_cannot_reach_a_gateway_gone_meanwhile_are_counted(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
-"""Blocking work that waits long does not queue behind asyncio's default pool (6 threads on 2 cores):
-agent loops each get a thread of their own, and a provider's runtime calls have threads for all of
-its sandboxes. A barrier that every call must reach together proves they run at the same time."""
+"""Blocking calls that run alongside many others (agent loops, runtime calls per sandbox) do not queue
+behind asyncio's default pool (6 threads on 2 cores): each gets a thread of its own. A barrier that
+every call must reach together proves they run at the same time."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import threading
 import pytest
 
 from anyswe._threads import in_thread
-from anyswe.sandbox.apptainer import ApptainerConfig, ApptainerProvider
 
 #: More than asyncio's default pool has threads on any machine of up to 16 cores.
 MANY = 21
@@ -52,13 +51,3 @@ def test_errors_reach_the_caller_and_a_cancelled_wait_leaves_the_thread_to_finis
 
     asyncio.run(main())
     assert finished.is_set()
-
-
-def test_a_providers_runtime_calls_run_for_all_its_sandboxes_at_once() -> None:
-    provider = ApptainerProvider(ApptainerConfig(concurrency=10))
-
-    async def main() -> list[int]:
-        barrier = threading.Barrier(MANY)  # 2 x concurrency + 1: starts and removals of every slot
-        return await asyncio.gather(*(provider.blocking(_meet, barrier) for _ in range(MANY)))
-
-    assert sorted(asyncio.run(main())) == list(range(MANY))
