@@ -179,7 +179,7 @@ def remove_stale_parts(directory: Path) -> list[str]:
     return removed
 
 
-async def _sif(job: ImageJob, apptainer: str, timeout: float) -> None:
+async def _sif(job: ImageJob, apptainer: str, timeout: float, attempts: int = 1, backoff: float = 0.0) -> None:
     from anyswe.images.build import ensure_sif, image_id, save_image, sif_build_argv, write_sidecar
 
     if not job.target:  # anyswe's own cache, keyed by the docker image id (as a run makes it)
@@ -199,7 +199,14 @@ async def _sif(job: ImageJob, apptainer: str, timeout: float) -> None:
             source_digest = None
             with contextlib.suppress(LookupError):
                 source_digest = (await remote_image(job.ref, docker_cli=False)).config_digest
-            r = await _proc.run([*argv, str(part), f"docker://{job.ref}"], timeout=timeout)
+            for attempt in range(1, attempts + 1):
+                r = await _proc.run([*argv, str(part), f"docker://{job.ref}"], timeout=timeout)
+                err = r.stderr.decode("utf-8", "replace").lower()
+                if r.exit_code == 0 or r.timed_out or attempt == attempts or any(p in err for p in _PERMANENT):
+                    break
+                # Builds at once share apptainer's layer cache, and a fetch that races another's write
+                # fails ("unexpected end of JSON input"): a transient failure, tried again as a pull is.
+                await asyncio.sleep(backoff * 2 ** (attempt - 1))
         else:
             source_digest = await image_id(job.ref)
             work.mkdir(parents=True, exist_ok=True)
@@ -359,7 +366,7 @@ async def prepare_images_async(
             j.status, j.error = "skipped", f"its docker image failed: {failed_refs[j.ref].error[-200:]}"
 
     async def sif_job(job: ImageJob) -> None:
-        await _sif(job, apptainer, timeout)
+        await _sif(job, apptainer, timeout, retries, backoff)
 
     await _run_phase("SIFs", [j for j in found if j.phase == "sif"], sif_jobs, sif_job, progress)
     return report
