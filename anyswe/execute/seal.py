@@ -5,10 +5,18 @@ a branch, tag or remote ref, no reflog entry, no unreachable object (the fix or 
 how the image was made). swebench 4.x images are built that way; images made otherwise (older
 harness versions, other datasets, hand-made ones) may not be. The check is cheap and runs in every
 agent sandbox; only a repository that is not sealed pays for the clean-up (its overlay, not the image).
+
+Whether a repository is sealed is a property of the image it comes from: once one sandbox of an image
+(known by its digest) was found sealed, later sandboxes of it skip the check (:class:`SealedImages`),
+which on a large repository walks every object (``git prune --dry-run``). A repository that had to be
+cleaned is checked, and cleaned, in every sandbox: the clean-up lives in that sandbox's overlay.
 """
 
 from __future__ import annotations
 
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from anyswe.errors import InfraError
@@ -41,3 +49,35 @@ async def seal_repository(sandbox: Sandbox[Any], workdir: str, base_commit: str)
     if r.exit_code != 0:
         raise InfraError(f"sealing the repository in {workdir} failed (exit {r.exit_code}): {r.stderr[-500:]}")
     return r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+
+
+class SealedImages:
+    """Which images' repositories were found sealed, so each is checked once per process.
+
+    Sandboxes of one image that start together wait for the first one's check rather than each
+    walking the repository at once; if it was not sealed, each runs its own check and clean-up.
+    """
+
+    def __init__(self) -> None:
+        self._sealed: set[Hashable] = set()
+        self._unsealed: set[Hashable] = set()
+        # A lock belongs to one event loop; a worker used from successive loops (Jupyter) gets new ones.
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Hashable, asyncio.Lock]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def check(self, key: Hashable | None, check: Callable[[], Awaitable[str]]) -> str:
+        """``check()``'s finding, or "sealed" if ``key`` (None: not cacheable) was found sealed before."""
+        if key is None or key in self._unsealed:
+            return await check()
+        if key in self._sealed:
+            return "sealed"
+        locks = self._locks.setdefault(asyncio.get_running_loop(), {})
+        async with locks.setdefault(key, asyncio.Lock()):
+            if key in self._sealed:
+                return "sealed"
+            if key not in self._unsealed:
+                found = await check()
+                (self._sealed if found == "sealed" else self._unsealed).add(key)
+                return found
+        return await check()

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from anyswe._threads import in_thread
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import GradingError, InfraError
-from anyswe.execute.seal import seal_repository
+from anyswe.execute.seal import SealedImages, seal_repository
 from anyswe.execute.unit import TaskOutput
 from anyswe.grading import get_harness
 from anyswe.grading.ladder import empty_patch_verdict, grade_patch
@@ -128,9 +128,17 @@ async def run_agent(agent: Agent, ctx: AgentContext, timeout: float) -> AgentRun
 
 
 async def work(
-    unit: WorkUnit, agent: Agent, harness: Harness, sandbox: Sandbox[Any], trace: _Trace, state_dir: Path
+    unit: WorkUnit,
+    agent: Agent,
+    harness: Harness,
+    sandbox: Sandbox[Any],
+    trace: _Trace,
+    state_dir: Path,
+    seals: SealedImages,
+    image_key: Hashable | None,
 ) -> tuple[AgentRun, str]:
-    """Agent then patch capture, in the task's sandbox."""
+    """Seal check, agent, then patch capture, in the task's sandbox (``image_key``: what the seal
+    check's finding is remembered under; None for a sandbox whose repository is not the image's)."""
     ctx = AgentContext(
         sandbox=sandbox,
         task=unit.instance.agent_view(),
@@ -141,7 +149,8 @@ async def work(
         state_dir=state_dir,
         log_lines=trace.log_lines,
     )
-    found = await seal_repository(sandbox, harness.workdir, unit.instance.base_commit)
+    check = functools.partial(seal_repository, sandbox, harness.workdir, unit.instance.base_commit)
+    found = await seals.check(image_key, check)
     if found != "sealed":
         trace.log_lines.append(f"repository before the agent: {found}")
     run = await trace.timed("time_agent", run_agent(agent, ctx, unit.agent_timeout))
@@ -181,6 +190,18 @@ def _stopped_on_failure(sandbox: Sandbox[Any], cleanup: Callable[[], None] | Non
         raise
 
 
+def _image_key(
+    provider: SandboxProvider[Any], provenance: Provenance, request: SandboxRequest, workdir: str, base: str
+) -> Hashable | None:
+    """What identifies the repository a sandbox starts with: its image's digest (None if unknown, or if
+    something is mounted in or over the repository, which then is not the image's alone)."""
+    repo = workdir.rstrip("/") + "/"
+    targets = [m.target.rstrip("/") + "/" for m in request.mounts]
+    if provenance.digest is None or any(t.startswith(repo) or repo.startswith(t) for t in targets):
+        return None
+    return (provider.name, provenance.digest, workdir, base)
+
+
 def _state_dir() -> Path:
     """A per-task host directory for the agent's own state (removed once its sandbox is gone)."""
     tmp = tempfile.mkdtemp(prefix="anyswe-agent-")
@@ -216,7 +237,8 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
             remove_state()
             raise
         with _stopped_on_failure(sandbox, remove_state):
-            run, patch = await work(unit, agent, harness, sandbox, trace, state_dir)
+            key = _image_key(provider, provenance, request, harness.workdir, unit.instance.base_commit)
+            run, patch = await work(unit, agent, harness, sandbox, trace, state_dir, worker.seals, key)
         # The grading sandbox starts while the agent's is being removed.
         provider.stop_later(sandbox, remove_state)
         verdict = await trace.timed("time_grading", grade(unit, provider, image, harness, patch))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from anyswe.agents import agent_class
 from anyswe.errors import RuntimeNotAvailable
+from anyswe.execute.seal import SealedImages
 from anyswe.images.resolve import ImageResolver
 from anyswe.sandbox import provider_class
 from anyswe.sandbox.labels import LABEL_OWNER, LABEL_RUN, LABEL_TASK, current_owner, owner_alive
@@ -33,6 +34,7 @@ class Worker:
         self._providers: dict[tuple[str, str], SandboxProvider[Any]] = {}
         self._agents: dict[tuple[str, str | None], Agent] = {}
         self.images = ImageResolver()
+        self.seals = SealedImages()
 
     def provider(self, unit: WorkUnit) -> SandboxProvider[Any]:
         key = (unit.cell.provider, unit.provider.model_dump_json())

@@ -119,20 +119,25 @@ def test_an_image_with_the_repositorys_future_is_sealed_before_the_agent(runtime
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         "name: sealed\ndataset: {name: demo, instance_ids: [demo__inventory-4]}\n"
-        "agents:\n  p: {type: probe}\n  g: {type: gold}\n"
+        # Two samples: the clean-up is in each sandbox's own overlay, so every sandbox of a leaky image
+        # is cleaned (none relies on an earlier one's finding, as sandboxes of a sealed image do).
+        "samples: 2\nagents:\n  p: {type: probe}\n  g: {type: gold}\n"
         f"providers:\n  docker: {{type: docker, image: '{leaky}'}}\n"
     )
     try:
         exp = Experiment.load(spec, run_dir=tmp_path / "run")
         exp.run(progress=False)
-        rows = {r["agent"]: r for r in exp.results().iter_rows(named=True)}
-        assert rows["g"]["resolved"] and rows["p"]["error_kind"] is None, rows
-        log = (exp.run_dir / "tasks" / rows["p"]["key"] / "agent.log").read_text().strip().splitlines()
-        assert "repository before the agent: cleaned" in log
-        probe = json.loads(log[-1])
+        rows = {(r["agent"], r["sample"]): r for r in exp.results().iter_rows(named=True)}
+        assert len(rows) == 4 and all(rows["g", s]["resolved"] for s in (0, 1)), rows
         base = load_dataset("demo").by_id()["demo__inventory-4"].base_commit
-        assert probe["commits"] == [base]
-        assert "unreachable" not in probe["fsck"] and probe["objects"] == probe["reachable"]
-        assert probe["found"]["test_stock_never_negative"] == []
+        for sample in (0, 1):
+            row = rows["p", sample]
+            assert row["error_kind"] is None, row
+            log = (exp.run_dir / "tasks" / row["key"] / "agent.log").read_text().strip().splitlines()
+            assert "repository before the agent: cleaned" in log
+            probe = json.loads(log[-1])
+            assert probe["commits"] == [base]
+            assert "unreachable" not in probe["fsck"] and probe["objects"] == probe["reachable"]
+            assert probe["found"]["test_stock_never_negative"] == []
     finally:
         docker.image.remove(leaky, force=True)

@@ -1,0 +1,92 @@
+"""The seal check runs once per image whose repository is sealed, and in every sandbox otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from anyswe.execute.seal import SealedImages
+from anyswe.execute.task import _image_key
+from anyswe.sandbox.provider import Provenance
+from anyswe.sandbox.request import Mount, SandboxRequest
+
+
+class Checks:
+    """A seal check that answers ``finding`` after a moment, counting its runs."""
+
+    def __init__(self, finding: str = "sealed", fail: int = 0) -> None:
+        self.finding, self.fail, self.runs = finding, fail, 0
+
+    async def __call__(self) -> str:
+        self.runs += 1
+        await asyncio.sleep(0.01)
+        if self.runs <= self.fail:
+            raise RuntimeError("exec failed")
+        return self.finding
+
+
+def test_a_sealed_image_is_checked_once_even_by_sandboxes_starting_together() -> None:
+    seals, check = SealedImages(), Checks("sealed")
+
+    async def go() -> list[str]:
+        return await asyncio.gather(*(seals.check("img", check) for _ in range(6)))
+
+    assert asyncio.run(go()) == ["sealed"] * 6
+    assert check.runs == 1
+    # Another event loop (the next run_sync in Jupyter) still knows it.
+    assert asyncio.run(seals.check("img", check)) == "sealed" and check.runs == 1
+
+
+def test_an_unsealed_image_is_checked_and_cleaned_in_every_sandbox() -> None:
+    seals, check = SealedImages(), Checks("cleaned")
+
+    async def go() -> list[str]:
+        first = await asyncio.gather(*(seals.check("img", check) for _ in range(4)))
+        return [*first, await seals.check("img", check)]
+
+    assert asyncio.run(go()) == ["cleaned"] * 5
+    assert check.runs == 5
+
+
+def test_no_key_means_no_memory_and_a_failed_check_is_not_remembered() -> None:
+    seals = SealedImages()
+    check = Checks("sealed")
+    for _ in range(3):
+        assert asyncio.run(seals.check(None, check)) == "sealed"
+    assert check.runs == 3
+
+    failing = Checks("sealed", fail=1)
+
+    async def go() -> list[object]:
+        return await asyncio.gather(*(seals.check("other", failing) for _ in range(3)), return_exceptions=True)
+
+    found = asyncio.run(go())
+    assert isinstance(found[0], RuntimeError) and found[1:] == ["sealed", "sealed"]
+    assert failing.runs == 2  # the failed one, then one that found it sealed for the third
+
+
+def _request(*targets: str) -> SandboxRequest:
+    return SandboxRequest("img", mounts=tuple(Mount("/tmp", t) for t in targets))
+
+
+@pytest.mark.parametrize(
+    ("targets", "remembered"),
+    [
+        ((), True),
+        (("/.anyswe/bundle", "/.anyswe/state"), True),
+        (("/testbedx",), True),
+        (("/testbed",), False),
+        (("/testbed/src/",), False),
+        (("/",), False),
+    ],
+)
+def test_the_key_is_the_image_digest_unless_a_mount_reaches_the_repository(
+    targets: tuple[str, ...], remembered: bool
+) -> None:
+    from anyswe.sandbox.docker import DockerProvider
+
+    provider = DockerProvider.__new__(DockerProvider)  # only its name is read
+    key = _image_key(provider, Provenance("sha256:abc"), _request(*targets), "/testbed", "base")
+    assert (key is not None) is remembered
+    assert _image_key(provider, Provenance(None), _request(), "/testbed", "base") is None
