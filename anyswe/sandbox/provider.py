@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -45,6 +46,9 @@ class SandboxProvider(ABC, Generic[C]):
     def __init__(self, config: C) -> None:
         self.config = config
         self.slots = Slots(config.concurrency)
+        # Starts are CPU-bound in the runtime (dockerd, containerd, runc; apptainer's setup): all of a
+        # wave at once would each take as long as the whole wave.
+        self._starts = Slots(config.start_concurrency or len(os.sched_getaffinity(0)))
         self._workdirs: dict[str, str] = {}
         self._stopping: set[asyncio.Task[None]] = set()
 
@@ -156,7 +160,11 @@ class SandboxProvider(ABC, Generic[C]):
         request = dataclasses.replace(request, mounts=(*request.mounts, *mounts))
         slot = await self.slots.take()
         try:
-            await asyncio.wait_for(self._start(request, network), self.config.startup_timeout)
+            starting = await self._starts.take()  # a wait here is queueing, not the start's timeout
+            try:
+                await asyncio.wait_for(self._start(request, network), self.config.startup_timeout)
+            finally:
+                starting.release()
         except TimeoutError:
             slot.release()
             raise SandboxStartError(

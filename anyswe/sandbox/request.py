@@ -78,6 +78,12 @@ class ProviderConfig(BaseModel):
 
     type: str = Field(description="Provider type: a registered name or module:Class.")
     concurrency: int = neutral(default=4, ge=1, description="Sandboxes of this provider alive at once.")
+    start_concurrency: int | None = neutral(
+        default=None,
+        ge=1,
+        description="Sandbox starts under way at once (default: the host's CPUs). A burst of starts "
+        "queues rather than sharing the CPU: the first sandboxes are ready sooner, and tasks stay staggered.",
+    )
     startup_timeout: float = neutral(
         default=300.0, gt=0, description="Seconds to start one sandbox; unset in a spec: its timeouts.sandbox_start."
     )

@@ -262,6 +262,36 @@ def test_concurrency_bound_is_shared(provider_image: tuple[str, str]) -> None:
     assert peak == 2
 
 
+def test_starts_queue_at_start_concurrency(provider_image: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starts beyond ``start_concurrency`` wait their turn (outside the startup timeout), every one starts."""
+    name, image = provider_image
+    provider = get_provider(name, {"concurrency": 4, "start_concurrency": 1})
+    starting = 0
+    peak = 0
+    real_start = provider._start
+
+    async def counted(*args: object, **kwargs: object) -> None:
+        nonlocal starting, peak
+        starting += 1
+        peak = max(peak, starting)
+        try:
+            await real_start(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            starting -= 1
+
+    monkeypatch.setattr(provider, "_start", counted)
+
+    async def three() -> list[str]:
+        boxes = await asyncio.gather(*(provider.start(image) for _ in range(3)))
+        try:
+            return [(await sb.exec(["echo", "up"])).stdout.strip() for sb in boxes]
+        finally:
+            await asyncio.gather(*(sb.stop() for sb in boxes))
+
+    assert run(three()) == ["up"] * 3
+    assert peak == 1
+
+
 def test_gc_spares_live_owners_and_removes_dead_ones(provider_image: tuple[str, str]) -> None:
     from anyswe.sandbox import gc
     from anyswe.sandbox.base import SandboxRequest

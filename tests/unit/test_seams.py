@@ -84,7 +84,15 @@ def test_result_neutral_fields_are_declared_on_the_fields() -> None:
         for name, f in ApptainerConfig.model_fields.items()
         if (f.json_schema_extra or {}).get("result_neutral")  # type: ignore[union-attr]
     }
-    assert neutral == {"concurrency", "startup_timeout", "binary", "state_dir", "extra_options", "sif"}
+    assert neutral == {
+        "concurrency",
+        "start_concurrency",
+        "startup_timeout",
+        "binary",
+        "state_dir",
+        "extra_options",
+        "sif",
+    }
     payload = ApptainerConfig(overlay_size_mb=512).key_payload()
     assert payload == {"type": "apptainer", "image": None, "overlay_size_mb": 512, "network": "none"}
     assert "concurrency" not in ProviderConfig(type="x").key_payload()
