@@ -2,10 +2,11 @@
 
 Per task, anyswe starts a sandbox, checks the repository (the seal: once per sealed image, so here
 in the first task only), runs the agent (here: one `sleep 0` exec), checks the sandbox is alive,
-captures the patch (git), and removes the sandbox; an empty patch needs no grading sandbox. The baseline, measured in the same run and alternating with
-it, does the same by hand with the same options: `docker run -d` / `docker exec` (the agent's
-command and a `git diff`) / `docker rm -f`; or `apptainer overlay create` / `instance start` /
-`exec` x2 / `instance stop`. Prints figures and the ratio; never asserts.
+captures the patch (git), and removes the sandbox; an empty patch needs no grading sandbox. The
+baseline, measured in the same run and alternating with it, does the same by hand with the same
+options: `docker run -d` / `docker exec` (the agent's command and a `git diff`) / `docker rm -f`;
+or `apptainer overlay create` / `instance start` / `exec` x2 / `instance stop`. Prints figures and
+the ratio; never asserts.
 
     uv run python bench/overhead.py [--tasks 8] [--rounds 3] [--provider docker --provider apptainer]
 """

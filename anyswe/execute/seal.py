@@ -3,13 +3,14 @@
 A task image's repository must hold nothing after the base commit: no later commits reachable from
 a branch, tag or remote ref, no reflog entry, no unreachable object (the fix or the tests, left by
 how the image was made). swebench 4.x images are built that way; images made otherwise (older
-harness versions, other datasets, hand-made ones) may not be. The check is cheap and runs in every
-agent sandbox; only a repository that is not sealed pays for the clean-up (its overlay, not the image).
+harness versions, other datasets, hand-made ones) may not be. Only a repository that is not sealed
+pays for the clean-up (its overlay, not the image).
 
-Whether a repository is sealed is a property of the image it comes from: once one sandbox of an image
-(known by its digest) was found sealed, later sandboxes of it skip the check (:class:`SealedImages`),
-which on a large repository walks every object (``git prune --dry-run``). A repository that had to be
-cleaned is checked, and cleaned, in every sandbox: the clean-up lives in that sandbox's overlay.
+Whether a repository is sealed is a property of what its sandbox was started from: once one sandbox
+of an image (its ``image_identity``: the docker image id it runs, the SIF file) was found sealed,
+the worker's later sandboxes of it skip the check (:class:`SealedImages`), which on a large
+repository walks every object (``git prune --dry-run``). A repository that had to be cleaned is
+checked, and cleaned, in every sandbox: the clean-up lives in that sandbox's overlay.
 """
 
 from __future__ import annotations
@@ -77,7 +78,13 @@ class SealedImages:
             if key in self._sealed:
                 return "sealed"
             if key not in self._unsealed:
-                found = await check()
+                try:
+                    found = await check()
+                except BaseException:
+                    # A check that failed (a killed sandbox, a timeout) tells nothing about the image;
+                    # the others check for themselves, at once rather than one after another.
+                    self._unsealed.add(key)
+                    raise
                 (self._sealed if found == "sealed" else self._unsealed).add(key)
                 return found
         return await check()

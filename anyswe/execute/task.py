@@ -190,16 +190,15 @@ def _stopped_on_failure(sandbox: Sandbox[Any], cleanup: Callable[[], None] | Non
         raise
 
 
-def _image_key(
-    provider: SandboxProvider[Any], provenance: Provenance, request: SandboxRequest, workdir: str, base: str
-) -> Hashable | None:
-    """What identifies the repository a sandbox starts with: its image's digest (None if unknown, or if
-    something is mounted in or over the repository, which then is not the image's alone)."""
+def _image_key(sandbox: Sandbox[Any], workdir: str, base: str) -> Hashable | None:
+    """What identifies the repository a sandbox starts with: exactly what it was started from (None
+    if its provider cannot tell, or if something is mounted in or over the repository, which then is
+    not the image's alone)."""
     repo = workdir.rstrip("/") + "/"
-    targets = [m.target.rstrip("/") + "/" for m in request.mounts]
-    if provenance.digest is None or any(t.startswith(repo) or repo.startswith(t) for t in targets):
+    targets = [m.target.rstrip("/") + "/" for m in sandbox.request.mounts]
+    if sandbox.image_identity is None or any(t.startswith(repo) or repo.startswith(t) for t in targets):
         return None
-    return (provider.name, provenance.digest, workdir, base)
+    return (sandbox.image_identity, workdir, base)
 
 
 def _state_dir() -> Path:
@@ -237,7 +236,7 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
             remove_state()
             raise
         with _stopped_on_failure(sandbox, remove_state):
-            key = _image_key(provider, provenance, request, harness.workdir, unit.instance.base_commit)
+            key = _image_key(sandbox, harness.workdir, unit.instance.base_commit)
             run, patch = await work(unit, agent, harness, sandbox, trace, state_dir, worker.seals, key)
         # The grading sandbox starts while the agent's is being removed.
         provider.stop_later(sandbox, remove_state)

@@ -54,6 +54,15 @@ def default_state_dir() -> Path:
     return Path(os.environ.get("ANYSWE_APPTAINER_STATE", Path(tempfile.gettempdir()) / "anyswe-apptainer"))
 
 
+def _file_identity(path: str) -> tuple[str, str, int, int, int, int] | None:
+    """A file's identity on disk (path, device, inode, size, mtime): what an instance was started from."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return ("sif", os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 class ApptainerConfig(ProviderConfig):
     """Settings of the apptainer provider (``providers.<name>`` with ``type: apptainer``)."""
 
@@ -222,7 +231,12 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
             copy = ["cp", "--sparse=always", "--", str(template), str(state / "overlay.img")]
             await self._run_checked(copy, "copying the empty overlay")
             argv = self._start_argv(request, network, state)
+            before = _file_identity(request.image)
             await self._run_checked(argv, f"starting instance {request.name} from {request.image}")
+            # The SIF as it was while the instance started (a file replaced meanwhile is not known);
+            # none when extra options may bind or overlay anything, the repository included.
+            if before is not None and before == _file_identity(request.image) and not self.config.extra_options:
+                self._identities[request.name] = before
             process = _process(state / PID_FILE)
             if process is not None:
                 self._processes[request.name] = process

@@ -18,7 +18,7 @@ import tempfile
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -89,6 +89,9 @@ class Sandbox(ABC, Generic[P]):
         self.request = request
         self.provider = provider
         self.network = network
+        #: Exactly what this sandbox was started from, as its provider saw it at the start (docker: the
+        #: image id the container runs, whatever its tag points at now); None when it cannot tell.
+        self.image_identity: Hashable | None = None
         #: Where commands run when no workdir is given: the image's WORKDIR on every runtime.
         self.default_workdir = workdir or "/"
         self._slot = slot

@@ -185,11 +185,19 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         try:
             # `sleep infinity` as the entrypoint keeps the container up whatever the image's CMD.
             options = self._run_options(request, network)
-            run = asyncio.ensure_future(
-                in_thread(lambda: self._docker.run(request.image, ["infinity"], entrypoint="sleep", **options))
-            )
+
+            def run_container() -> tuple[Any, str | None]:
+                container = self._docker.run(request.image, ["infinity"], entrypoint="sleep", **options)
+                try:
+                    # The image the container runs (python-on-whales has just inspected it), not
+                    # what the tag names, which another build or pull may have moved meanwhile.
+                    return container, str(container.image)
+                except Exception:
+                    return container, None
+
+            run = asyncio.ensure_future(in_thread(run_container))
             try:
-                container = await asyncio.shield(run)
+                container, image_id = await asyncio.shield(run)
             except asyncio.CancelledError:
                 # A thread cannot be cancelled: `docker run` goes on and may create the container
                 # after a removal issued now. Wait for it to return, so the removal below comes last.
@@ -198,6 +206,8 @@ class DockerProvider(SandboxProvider[DockerConfig]):
                 raise
             if not getattr(container, "id", None):
                 raise SandboxStartError(f"`docker run -d` returned no container id for {request.name}")
+            if image_id:
+                self._identities[request.name] = ("docker", image_id)
         except DockerException as exc:
             self._present.discard(request.image)
             await asyncio.shield(self.remove(request.name))

@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import os
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -20,6 +20,12 @@ from anyswe.sandbox.request import GATEWAY_DIR, DockerRef, Mount, NetworkPolicy,
 from anyswe.sandbox.slots import Slots
 
 C = TypeVar("C", bound=ProviderConfig)
+
+
+def _cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the platform has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -48,8 +54,10 @@ class SandboxProvider(ABC, Generic[C]):
         self.slots = Slots(config.concurrency)
         # Starts are CPU-bound in the runtime (dockerd, containerd, runc; apptainer's setup): all of a
         # wave at once would each take as long as the whole wave.
-        self._starts = Slots(config.start_concurrency or len(os.sched_getaffinity(0)))
+        self._starts = Slots(config.start_concurrency or _cpus())
         self._workdirs: dict[str, str] = {}
+        #: Filled by ``_start``: sandbox name -> what it was started from (see ``Sandbox.image_identity``).
+        self._identities: dict[str, Hashable] = {}
         self._stopping: set[asyncio.Task[None]] = set()
 
     def stop_later(self, sandbox: Sandbox[Any], then: Callable[[], None] | None = None) -> None:
@@ -166,18 +174,22 @@ class SandboxProvider(ABC, Generic[C]):
             finally:
                 starting.release()
         except TimeoutError:
+            self._identities.pop(request.name, None)
             slot.release()
             raise SandboxStartError(
                 f"{self.name} sandbox from {request.image!r} did not start within {self.config.startup_timeout:g}s "
                 "(providers.<name>.startup_timeout)"
             ) from None
         except BaseException:
+            self._identities.pop(request.name, None)
             slot.release()
             raise
+        identity = self._identities.pop(request.name, None)
         try:
             sandbox = self.sandbox_class(
                 request, self, slot, network=network, workdir=await self.image_workdir(request.image)
             )
+            sandbox.image_identity = identity
             if request.gateway is not None:
                 await sandbox.open_gateway(request.gateway)
         except BaseException:

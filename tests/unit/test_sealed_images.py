@@ -8,7 +8,6 @@ import pytest
 
 from anyswe.execute.seal import SealedImages
 from anyswe.execute.task import _image_key
-from anyswe.sandbox.provider import Provenance
 from anyswe.sandbox.request import Mount, SandboxRequest
 
 
@@ -49,7 +48,7 @@ def test_an_unsealed_image_is_checked_and_cleaned_in_every_sandbox() -> None:
     assert check.runs == 5
 
 
-def test_no_key_means_no_memory_and_a_failed_check_is_not_remembered() -> None:
+def test_no_key_means_no_memory_and_a_failed_check_lets_each_sandbox_check_for_itself() -> None:
     seals = SealedImages()
     check = Checks("sealed")
     for _ in range(3):
@@ -62,12 +61,30 @@ def test_no_key_means_no_memory_and_a_failed_check_is_not_remembered() -> None:
         return await asyncio.gather(*(seals.check("other", failing) for _ in range(3)), return_exceptions=True)
 
     found = asyncio.run(go())
+    # A failed check says nothing about the image: it is never taken as sealed, and the waiters run
+    # their own checks (at once, not one after another), as does every later sandbox.
     assert isinstance(found[0], RuntimeError) and found[1:] == ["sealed", "sealed"]
-    assert failing.runs == 2  # the failed one, then one that found it sealed for the third
+    assert failing.runs == 3
+    assert asyncio.run(seals.check("other", failing)) == "sealed" and failing.runs == 4
 
 
-def _request(*targets: str) -> SandboxRequest:
-    return SandboxRequest("img", mounts=tuple(Mount("/tmp", t) for t in targets))
+def test_sandboxes_starting_together_in_a_later_event_loop_share_one_check() -> None:
+    """Jupyter runs each run_sync in a new loop: the locks of the first one are not used there."""
+    seals, check = SealedImages(), Checks("sealed")
+
+    async def together(key: str) -> list[str]:
+        return await asyncio.gather(*(seals.check(key, check) for _ in range(3)))
+
+    assert asyncio.run(together("a")) == ["sealed"] * 3 and check.runs == 1
+    assert asyncio.run(together("b")) == ["sealed"] * 3 and check.runs == 2
+
+
+class _Sandbox:
+    """What ``_image_key`` reads of a sandbox: its request (mounts) and what it was started from."""
+
+    def __init__(self, identity: object, *targets: str) -> None:
+        self.image_identity = identity
+        self.request = SandboxRequest("img", mounts=tuple(Mount("/tmp", t) for t in targets))
 
 
 @pytest.mark.parametrize(
@@ -81,12 +98,11 @@ def _request(*targets: str) -> SandboxRequest:
         (("/",), False),
     ],
 )
-def test_the_key_is_the_image_digest_unless_a_mount_reaches_the_repository(
+def test_the_key_is_what_the_sandbox_runs_unless_a_mount_reaches_the_repository(
     targets: tuple[str, ...], remembered: bool
 ) -> None:
-    from anyswe.sandbox.docker import DockerProvider
-
-    provider = DockerProvider.__new__(DockerProvider)  # only its name is read
-    key = _image_key(provider, Provenance("sha256:abc"), _request(*targets), "/testbed", "base")
+    key = _image_key(_Sandbox(("docker", "sha256:abc"), *targets), "/testbed", "base")  # type: ignore[arg-type]
     assert (key is not None) is remembered
-    assert _image_key(provider, Provenance(None), _request(), "/testbed", "base") is None
+    assert _image_key(_Sandbox(None), "/testbed", "base") is None  # type: ignore[arg-type]
+    other = _image_key(_Sandbox(("docker", "sha256:def")), "/testbed", "base")  # type: ignore[arg-type]
+    assert not remembered or other != key
