@@ -29,8 +29,12 @@ if TYPE_CHECKING:
 # swebench's own image script deletes later tags), then reflogs, then every unreachable object.
 _SEAL = r"""
 base=$1
-git rev-parse -q --verify "$base^{commit}" >/dev/null 2>&1 || { echo "no-repository"; exit 0; }
-[ "$(git rev-parse HEAD 2>/dev/null)" = "$(git rev-parse "$base^{commit}")" ] || { echo "head-not-at-base"; exit 0; }
+if ! git rev-parse -q --verify "$base^{commit}" >/dev/null 2>&1; then
+  if why=$(git rev-parse --git-dir 2>&1); then why="the base commit is not in it"; fi
+  echo "no-repository $(printf '%s\n' "$why" | head -n 1)"; exit 0
+fi
+head=$(git rev-parse HEAD 2>/dev/null)
+[ "$head" = "$(git rev-parse "$base^{commit}")" ] || { echo "head-not-at-base ${head:-none}"; exit 0; }
 future=$(git rev-list -n 1 --all --not "$base" --)
 reflogs=$(git reflog --all --format=%H 2>/dev/null | head -n 1)
 unreachable=$(git prune --dry-run --expire=now | head -n 1)
@@ -45,11 +49,29 @@ echo "cleaned"
 
 
 async def seal_repository(sandbox: Sandbox[Any], workdir: str, base_commit: str) -> str:
-    """Make sure the repository at ``workdir`` holds nothing after ``base_commit``; what was found."""
+    """Make sure the repository at ``workdir`` holds nothing after ``base_commit``: "sealed" or "cleaned".
+
+    Raises :class:`InfraError` when it cannot: the repository is missing, lacks the base commit, or
+    is checked out elsewhere. The sandbox then is not the task's (a wrong image for the instance),
+    and an agent there could see code of another commit or make a patch that cannot be graded.
+    """
     r = await sandbox.exec(["bash", "-c", _SEAL, "seal", base_commit], workdir=workdir, timeout=900)
     if r.exit_code != 0:
         raise InfraError(f"sealing the repository in {workdir} failed (exit {r.exit_code}): {r.stderr[-500:]}")
-    return r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    finding, _, detail = (r.stdout.strip().splitlines() or [""])[-1].partition(" ")
+    if finding == "no-repository":
+        raise InfraError(
+            f"no repository at {workdir} holds the task's base commit {base_commit} ({detail}): "
+            "the sandbox's image is not this instance's, so its agent does not start"
+        )
+    if finding == "head-not-at-base":
+        raise InfraError(
+            f"the repository at {workdir} is checked out at {detail}, not at the task's base commit "
+            f"{base_commit}: the sandbox's image is not this instance's, so its agent does not start"
+        )
+    if finding not in ("sealed", "cleaned"):
+        raise InfraError(f"sealing the repository in {workdir} said {r.stdout[-300:]!r}: {r.stderr[-300:]}")
+    return finding
 
 
 class SealedImages:

@@ -141,3 +141,54 @@ def test_an_image_with_the_repositorys_future_is_sealed_before_the_agent(runtime
             assert probe["found"]["test_stock_never_negative"] == []
     finally:
         docker.image.remove(leaky, force=True)
+
+
+def test_an_image_not_at_the_base_commit_never_runs_the_agent(runtimes: None, tmp_path: Path) -> None:
+    """A repository checked out past the base (the fix in it), or none holding the base: the sandbox
+    is not the task's, so the task is an infra error naming what was found, and no agent ran."""
+    import asyncio
+    import uuid
+
+    from python_on_whales import docker
+
+    from anyswe.config import base_image
+    from anyswe.datasets import demo
+    from anyswe.images.build import build_docker_image
+
+    dockerfile, tag = demo.build_context("demo__inventory-4", base_image())
+    asyncio.run(build_docker_image(dockerfile, tag))
+    suffix = uuid.uuid4().hex[:8]
+    images = {
+        "ahead": (
+            f"anyswe-test/ahead:{suffix}",
+            "RUN cd /testbed && echo 'class Inventory: fixed' > fix.py && git add fix.py"
+            " && git -c user.name=f -c user.email=f@f commit -q -m fix",
+        ),
+        "nogit": (f"anyswe-test/nogit:{suffix}", "RUN rm -rf /testbed/.git"),
+    }
+    for name, (image, step) in images.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "Dockerfile").write_text(f"FROM {tag}\n{step}\n")
+        asyncio.run(build_docker_image(tmp_path / name / "Dockerfile", image))
+    spec = tmp_path / "spec.yaml"
+    providers = "".join(f"  {n}: {{type: docker, image: '{image}'}}\n" for n, (image, _) in images.items())
+    spec.write_text(
+        "name: unsealable\ndataset: {name: demo, instance_ids: [demo__inventory-4]}\n"
+        "retries: {max_attempts: 1}\nagents:\n  p: {type: probe}\n" + f"providers:\n{providers}"
+    )
+    try:
+        exp = Experiment.load(spec, run_dir=tmp_path / "run")
+        exp.run(progress=False)
+        rows = {r["provider"]: r for r in exp.results().iter_rows(named=True)}
+        base = load_dataset("demo").by_id()["demo__inventory-4"].base_commit
+        assert rows["ahead"]["error_kind"] == "infra", rows["ahead"]
+        assert f"not at the task's base commit {base}" in rows["ahead"]["error"]
+        assert rows["nogit"]["error_kind"] == "infra", rows["nogit"]
+        assert f"no repository at /testbed holds the task's base commit {base}" in rows["nogit"]["error"]
+        for row in rows.values():
+            assert not row["resolved"] and row["mask_sample"] and not row["time_agent"], row
+            log = exp.run_dir / "tasks" / row["key"] / "agent.log"
+            assert not log.exists() or '"commits"' not in log.read_text(), "the probe agent ran"
+    finally:
+        for image, _ in images.values():
+            docker.image.remove(image, force=True)
