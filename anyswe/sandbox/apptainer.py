@@ -22,7 +22,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -217,7 +217,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
                     return str(config.get("WorkingDir") or "/")
         return "/"
 
-    async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> None:
+    async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> Hashable | None:
         if not await self.image_exists(request.image):
             raise ImageNotFound(f"SIF image {request.image!r} does not exist")
         state = self._state(request.name)
@@ -233,13 +233,13 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
             argv = self._start_argv(request, network, state)
             before = _file_identity(request.image)
             await self._run_checked(argv, f"starting instance {request.name} from {request.image}")
-            # The SIF as it was while the instance started (a file replaced meanwhile is not known);
-            # none when extra options may bind or overlay anything, the repository included.
-            if before is not None and before == _file_identity(request.image) and not self.config.extra_options:
-                self._identities[request.name] = before
             process = _process(state / PID_FILE)
             if process is not None:
                 self._processes[request.name] = process
+            # The SIF as it was while the instance started (a file replaced meanwhile is not known);
+            # none when extra options may bind or overlay anything, the repository included.
+            same = before is not None and before == _file_identity(request.image)
+            return before if same and not self.config.extra_options else None
         except BaseException:
             await asyncio.shield(self.remove(request.name))
             raise

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -174,7 +174,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         workdir = (await in_thread(self._docker.image.inspect, image)).config.working_dir
         return str(workdir) if workdir and str(workdir).startswith("/") else "/"
 
-    async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> None:
+    async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> Hashable | None:
         from python_on_whales.exceptions import DockerException
 
         if not await self.image_exists(request.image):
@@ -206,8 +206,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
                 raise
             if not getattr(container, "id", None):
                 raise SandboxStartError(f"`docker run -d` returned no container id for {request.name}")
-            if image_id:
-                self._identities[request.name] = ("docker", image_id)
+            return ("docker", image_id) if image_id else None
         except DockerException as exc:
             self._present.discard(request.image)
             await asyncio.shield(self.remove(request.name))

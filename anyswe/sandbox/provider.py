@@ -56,8 +56,6 @@ class SandboxProvider(ABC, Generic[C]):
         # wave at once would each take as long as the whole wave.
         self._starts = Slots(config.start_concurrency or _cpus())
         self._workdirs: dict[str, str] = {}
-        #: Filled by ``_start``: sandbox name -> what it was started from (see ``Sandbox.image_identity``).
-        self._identities: dict[str, Hashable] = {}
         self._stopping: set[asyncio.Task[None]] = set()
 
     def stop_later(self, sandbox: Sandbox[Any], then: Callable[[], None] | None = None) -> None:
@@ -82,8 +80,11 @@ class SandboxProvider(ABC, Generic[C]):
             await asyncio.gather(*list(self._stopping), return_exceptions=True)
 
     @abstractmethod
-    async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> None:
-        """Start the container/instance; on any failure remove what was half-started, then raise."""
+    async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> Hashable | None:
+        """Start the container/instance; on any failure remove what was half-started, then raise.
+
+        Returns exactly what it was started from (the sandbox's ``image_identity``; None: unknown).
+        """
 
     @abstractmethod
     async def _image_workdir(self, image: str) -> str:
@@ -170,21 +171,18 @@ class SandboxProvider(ABC, Generic[C]):
         try:
             starting = await self._starts.take()  # a wait here is queueing, not the start's timeout
             try:
-                await asyncio.wait_for(self._start(request, network), self.config.startup_timeout)
+                identity = await asyncio.wait_for(self._start(request, network), self.config.startup_timeout)
             finally:
                 starting.release()
         except TimeoutError:
-            self._identities.pop(request.name, None)
             slot.release()
             raise SandboxStartError(
                 f"{self.name} sandbox from {request.image!r} did not start within {self.config.startup_timeout:g}s "
                 "(providers.<name>.startup_timeout)"
             ) from None
         except BaseException:
-            self._identities.pop(request.name, None)
             slot.release()
             raise
-        identity = self._identities.pop(request.name, None)
         try:
             sandbox = self.sandbox_class(
                 request, self, slot, network=network, workdir=await self.image_workdir(request.image)
