@@ -232,7 +232,16 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
             await self._run_checked(copy, "copying the empty overlay")
             argv = self._start_argv(request, network, state)
             before = _file_identity(request.image)
-            await self._run_checked(argv, f"starting instance {request.name} from {request.image}")
+            what = f"starting instance {request.name} from {request.image}"
+            start = asyncio.ensure_future(self._run_checked(argv, what, timeout=self.config.startup_timeout))
+            try:
+                await asyncio.shield(start)
+            except asyncio.CancelledError:
+                # Killing `instance start` does not stop an instance its starter has already
+                # daemonised (a session of its own): let the start end, so the removal comes after it.
+                with contextlib.suppress(BaseException):
+                    await start
+                raise
             process = _process(state / PID_FILE)
             if process is not None:
                 self._processes[request.name] = process
