@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 #: Registry answers that no retry changes.
 _PERMANENT = ("manifest unknown", "not found", "unauthorized", "denied", "invalid reference", "does not exist")
+# Builds at once share apptainer's layer cache: one reading a blob the other is still writing fails
+# with this, whatever follows ("unexpected end of JSON input", "... not found in layout").
+_CACHE_RACE = "conveyor failed to get"
 
 SifSource = Literal["auto", "registry", "daemon"]
 Status = Literal["pending", "present", "pulled", "built", "failed", "skipped"]
@@ -202,10 +205,10 @@ async def _sif(job: ImageJob, apptainer: str, timeout: float, attempts: int = 1,
             for attempt in range(1, attempts + 1):
                 r = await _proc.run([*argv, str(part), f"docker://{job.ref}"], timeout=timeout)
                 err = r.stderr.decode("utf-8", "replace").lower()
-                if r.exit_code == 0 or r.timed_out or attempt == attempts or any(p in err for p in _PERMANENT):
+                permanent = any(p in err for p in _PERMANENT) and _CACHE_RACE not in err
+                if r.exit_code == 0 or r.timed_out or attempt == attempts or permanent:
                     break
-                # Builds at once share apptainer's layer cache, and a fetch that races another's write
-                # fails ("unexpected end of JSON input"): a transient failure, tried again as a pull is.
+                # A transient failure (the layer-cache race above, a registry hiccup): tried again as a pull is.
                 await asyncio.sleep(backoff * 2 ** (attempt - 1))
         else:
             source_digest = await image_id(job.ref)
