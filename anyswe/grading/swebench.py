@@ -11,6 +11,7 @@ Its version is checked before first use: grading a SWE-bench instance with anoth
 from __future__ import annotations
 
 import json
+import shlex
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -166,6 +167,56 @@ def eval_script(instance: Instance) -> str:
         _row(instance), specs, "testbed", "/testbed", instance.base_commit, instance.test_patch
     )
     return "\n".join(["#!/bin/bash", "set -uxo pipefail", *lines]) + "\n"
+
+
+def _specs(instance: Instance) -> dict[str, Any]:
+    from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
+
+    try:
+        return dict(MAP_REPO_VERSION_TO_SPECS[instance.repo][instance.version])
+    except KeyError:
+        raise GradingError(
+            f"{instance.instance_id}: swebench {REQUIRED_VERSION} has no spec for repo {instance.repo!r} "
+            f"version {instance.version!r}"
+        ) from None
+
+
+def repo_script(instance: Instance, *, clone_from: str | None = None) -> str:
+    """The instance image's repository setup, as swebench's ``make_repo_script_list`` writes it.
+
+    Clone, ``git reset --hard <base_commit>``, remote and later tags removed, the spec's
+    ``pre_install`` and ``install``, then ``git commit --allow-empty -am SWE-bench``: the setup
+    commit every official image's HEAD is at. ``clone_from`` (a local repository) replaces only the
+    clone from GitHub, for builds with no network but the package index; every other line is
+    swebench's own.
+    """
+    _swebench()
+    from swebench.harness.test_spec.create_scripts import make_repo_script_list
+
+    lines = make_repo_script_list(_specs(instance), instance.repo, "/testbed", instance.base_commit, "testbed")
+    if clone_from is not None:
+        url = f"https://github.com/{instance.repo}"
+        at = next((n for n, line in enumerate(lines) if line.startswith("git clone ") and url in line), None)
+        if at is None:
+            raise GradingError(f"{instance.instance_id}: swebench's repo script has no clone of {url} to replace")
+        # All branches of the mirror (each base commit is on one); swebench clones one branch of
+        # GitHub's. The remote, and every ref it brought, is removed a few lines later as swebench does.
+        lines[at] = f"git clone -o origin {shlex.quote(clone_from)} /testbed"
+    return "\n".join(["#!/bin/bash", "set -euxo pipefail", *lines]) + "\n"
+
+
+def env_script(instance: Instance) -> str:
+    """The environment image's setup script, as swebench's ``make_env_script_list`` writes it.
+
+    For specs whose packages come from the repository's requirements or environment file,
+    swebench downloads that file here (from GitHub): only the package index is reachable on an
+    air-gapped host, so those rows need their env images from elsewhere.
+    """
+    _swebench()
+    from swebench.harness.test_spec.create_scripts import make_env_script_list
+
+    lines = make_env_script_list(_row(instance), _specs(instance), "testbed")
+    return "\n".join(["#!/bin/bash", "set -euxo pipefail", *lines]) + "\n"
 
 
 def _test_spec(instance: Instance) -> Any:
