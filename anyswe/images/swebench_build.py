@@ -24,7 +24,7 @@ swebench, it says so where it does:
   venv: sphinx's eval runs ``tox --current-env``, and tox-current-env links its env's python to the
   *base* interpreter, so a venv's packages would vanish there.
 * **The repository from a local mirror.** The clone from GitHub is replaced by a clone over
-  ``git://`` from a ``git daemon`` this module runs on docker's bridge, serving a copy of the
+  ``git://`` from a ``git daemon`` on docker's bridge (:mod:`anyswe.images.git_serve`), serving a copy of the
   mirror. The classic builder has no ``RUN --mount``: a mirror ``COPY``'d into the build would stay
   in a lower layer of the image however it were deleted later; cloned over the network, the image
   holds only ``/testbed`` as swebench's own leaves it (the repo script's ``gc`` prunes what is not
@@ -40,17 +40,12 @@ swebench's env script downloads those files from GitHub. They fail with an error
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import functools
 import hashlib
 import os
 import shutil
-import signal
-import socket
-import stat
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -96,6 +91,11 @@ class Chain:
     @property
     def image(self) -> str:
         return self.steps[-1].tag
+
+    @property
+    def summary(self) -> str:
+        """``base cached, env 11s, instance 46s``: what this call built, and how long each took."""
+        return ", ".join(f"{s.kind} {s.seconds:.0f}s" if s.built else f"{s.kind} cached" for s in self.steps)
 
     def step(self, kind: str) -> Step:
         return next(s for s in self.steps if s.kind == kind)
@@ -156,137 +156,20 @@ def env_setup_script(instance: Instance) -> str:
     return sb.env_script(instance)
 
 
-# The conda stand-in. swebench's scripts only `source /opt/miniconda3/bin/activate`, `conda create -n
-# testbed python=X.Y [conda packages] -y` and `conda activate testbed`; anything else is refused by name.
-_ACTIVATE = r"""# anyswe's stand-in for conda (sourced): Debian's python as the "testbed" env, no conda.
-_anyswe_conda_root=/opt/miniconda3
-_anyswe_python=$(readlink -f /usr/bin/python3)
-_anyswe_conda_activate() {
-  local name=${1:-base} prefix p
-  if [ "$name" = base ]; then prefix=$_anyswe_conda_root; else prefix=$_anyswe_conda_root/envs/$name; fi
-  if [ ! -d "$prefix/bin" ]; then echo "conda stand-in: no environment named $name" >&2; return 1; fi
-  p=":$PATH:"
-  if [ -n "${CONDA_PREFIX:-}" ] && [ "$CONDA_PREFIX" != "$_anyswe_conda_root" ]; then
-    p=${p//":$CONDA_PREFIX/bin:"/:}
-  fi
-  p=${p#:}; p=${p%:}
-  export PATH="$prefix/bin:$p" CONDA_PREFIX="$prefix" CONDA_DEFAULT_ENV="$name"
-}
-_anyswe_conda_create() {
-  local name="" python="" extra="" have prefix n
-  while [ $# -gt 0 ]; do
-    case "$1" in
-      -n|--name) name=$2; shift 2 ;;
-      -c|--channel) shift 2 ;;
-      -y|--yes|-q|--quiet) shift ;;
-      python=*) python=${1#python=}; shift ;;
-      *) extra="$extra $1"; shift ;;
-    esac
-  done
-  [ -n "$name" ] || { echo "conda stand-in: create needs -n NAME" >&2; return 1; }
-  if [ -n "$extra" ]; then
-    echo "conda stand-in: conda packages ($extra ) cannot be installed here (no conda channel offline)" >&2
-    return 1
-  fi
-  have=$("$_anyswe_python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-  if [ -n "$python" ] && [ "$python" != "$have" ] && [ "${python#"$have".}" = "$python" ]; then
-    echo "conda stand-in: python=$python asked for, and this image's python is $have" >&2
-    return 1
-  fi
-  # The env is the interpreter's own prefix: packages go where its site-packages are (tox-current-env
-  # links to the base interpreter); only its bin directory is the env's.
-  prefix=$_anyswe_conda_root/envs/$name
-  mkdir -p "$prefix/bin"
-  for n in python python3 "python$have"; do ln -sf "$_anyswe_python" "$prefix/bin/$n"; done
-  for n in pip pip3; do
-    printf '#!/bin/sh\nexec %s -m pip "$@"\n' "$_anyswe_python" >"$prefix/bin/$n"
-    chmod 0755 "$prefix/bin/$n"
-  done
-  "$_anyswe_python" -m pip install --no-cache-dir @TOOLS@
-}
-conda() {
-  local cmd=${1:-}
-  [ $# -gt 0 ] && shift
-  case "$cmd" in
-    activate) _anyswe_conda_activate "$@" ;;
-    deactivate) _anyswe_conda_activate base ;;
-    create) _anyswe_conda_create "$@" ;;
-    *) echo "conda stand-in: 'conda $cmd' is not available (only create -n NAME python=X.Y, activate," \
-         "deactivate)" >&2
-       return 1 ;;
-  esac
-}
-_anyswe_conda_activate base
-"""
+# The files the builds are made of (anyswe/images/swebench_files/), each hashed into its image's tag:
+# * activate: the conda stand-in. swebench's scripts only `source /opt/miniconda3/bin/activate`,
+#   `conda create -n testbed python=X.Y [conda packages] -y` and `conda activate testbed`; anything
+#   else is refused by name. `conda` is the same outside a sourced shell.
+# * base.Dockerfile: swebench's _DOCKERFILE_BASE_PY on Debian: its packages from Debian's mirror
+#   (configured in anyswe/base already), the stand-in where Miniconda would be, its `nonroot` user.
+# * env.Dockerfile, instance.Dockerfile: swebench's _DOCKERFILE_ENV_PY and _DOCKERFILE_INSTANCE_PY,
+#   plus the build-time CA (see the module docstring); the instance image is labelled with its env image.
+_FILES = Path(__file__).with_name("swebench_files")
 
-# swebench's _DOCKERFILE_BASE_PY, on Debian: the same packages from Debian's mirror (configured in
-# anyswe/base already), the conda stand-in instead of a Miniconda download, its `nonroot` user.
-_BASE_DOCKERFILE = """FROM {debian_image}
 
-ARG DEBIAN_FRONTEND=noninteractive
-ENV TZ=Etc/UTC
-
-RUN apt-get update && apt-get install -y --no-install-recommends \\
-wget \\
-git \\
-build-essential \\
-libffi-dev \\
-libtiff-dev \\
-python3 \\
-python3-dev \\
-python3-pip \\
-python-is-python3 \\
-jq \\
-curl \\
-locales \\
-locales-all \\
-tzdata \\
-&& rm -rf /var/lib/apt/lists/*
-
-# Debian 12 marks its python externally managed (PEP 668); conda's env, which this stands in for, is not.
-RUN rm -f /usr/lib/python3*/EXTERNALLY-MANAGED
-# The conda stand-in (see anyswe/images/swebench_build.py), where Miniconda would be.
-COPY ./activate /opt/miniconda3/bin/activate
-COPY ./conda /opt/miniconda3/bin/conda
-RUN mkdir -p /opt/miniconda3/etc/profile.d /opt/miniconda3/envs \\
- && ln -s ../../bin/activate /opt/miniconda3/etc/profile.d/conda.sh && chmod 0755 /opt/miniconda3/bin/conda
-ENV PATH=/opt/miniconda3/bin:$PATH
-# What `conda init --all` does for bash.
-RUN echo "source /opt/miniconda3/etc/profile.d/conda.sh" >> /root/.bashrc
-
-RUN adduser --disabled-password --gecos 'dog' nonroot
-"""
-
-_CONDA_CLI = """#!/bin/bash
-# The conda stand-in outside a sourced shell: `conda create` works, `conda activate` needs `source activate`.
-source /opt/miniconda3/bin/activate
-conda "$@"
-"""
-
-# swebench's _DOCKERFILE_ENV_PY, plus the build-time CA (see the module docstring).
-_ENV_DOCKERFILE = """FROM {base_image}
-{ca_in}
-COPY ./setup_env.sh /root/
-RUN sed -i -e 's/\\r$//' /root/setup_env.sh
-RUN chmod +x /root/setup_env.sh
-RUN /bin/bash -c "source ~/.bashrc && /root/setup_env.sh"
-{ca_out}
-WORKDIR /testbed/
-
-# Automatically activate the testbed environment
-RUN echo "source /opt/miniconda3/etc/profile.d/conda.sh && conda activate testbed" > /root/.bashrc
-"""
-
-# swebench's _DOCKERFILE_INSTANCE_PY, plus the build-time CA and a label naming the env image.
-_INSTANCE_DOCKERFILE = """FROM {env_image}
-{ca_in}
-COPY ./setup_repo.sh /root/
-RUN sed -i -e 's/\\r$//' /root/setup_repo.sh
-RUN /bin/bash /root/setup_repo.sh
-{ca_out}
-WORKDIR /testbed/
-LABEL org.anyswe.swebench.env={env_image}
-"""
+@functools.cache
+def _file(name: str) -> str:
+    return (_FILES / name).read_text()
 
 
 def _ca_bundle() -> Path | None:
@@ -316,19 +199,19 @@ def _digest(*parts: str) -> str:
 
 
 def _activate_script() -> str:
-    return _ACTIVATE.replace("@TOOLS@", " ".join(CONDA_LIKE_TOOLS))
+    return _file("activate").replace("@TOOLS@", " ".join(CONDA_LIKE_TOOLS))
 
 
 def base_tag(debian: str) -> str:
     """``anyswe/sweb.base.py.x86_64.<debian>-<hash>:latest``; the hash covers the base recipe."""
-    h = _digest(_BASE_DOCKERFILE, _activate_script(), _CONDA_CLI, debian)[:10]
+    h = _digest(_file("base.Dockerfile"), _activate_script(), _file("conda"), debian)[:10]
     return f"anyswe/sweb.base.py.x86_64.{debian}-{h}:latest"
 
 
 def env_tag(setup_env: str, base: str) -> str:
     """Like swebench's ``env_image_key`` (a hash of the env script), with the base image in the hash:
     a changed base (or stand-in) makes new env images."""
-    h = _digest(setup_env, base, _ENV_DOCKERFILE)[:22]
+    h = _digest(setup_env, base, _file("env.Dockerfile"))[:22]
     return f"anyswe/sweb.env.py.x86_64.{h}:latest"
 
 
@@ -376,8 +259,9 @@ async def build_base_image(debian: str) -> Step:
             f"{debian_image} is not present: build it with `bash scripts/provision.sh "
             f"{'image' if debian == 'bookworm' else 'image-' + debian}`"
         )
-    files = {"activate": _activate_script(), "conda": _CONDA_CLI}
-    return await _build("base", base_tag(debian), files, _BASE_DOCKERFILE.replace("{debian_image}", debian_image))
+    files = {"activate": _activate_script(), "conda": _file("conda")}
+    dockerfile = _file("base.Dockerfile").replace("{debian_image}", debian_image)
+    return await _build("base", base_tag(debian), files, dockerfile)
 
 
 async def build_env_image(instance: Instance) -> tuple[Step, Step]:
@@ -385,7 +269,8 @@ async def build_env_image(instance: Instance) -> tuple[Step, Step]:
     setup_env = env_setup_script(instance)
     base = await build_base_image(debian_release(instance))
     tag = env_tag(setup_env, base.tag)
-    env = await _build("env", tag, {"setup_env.sh": setup_env}, _ENV_DOCKERFILE.replace("{base_image}", base.tag))
+    dockerfile = _file("env.Dockerfile").replace("{base_image}", base.tag)
+    env = await _build("env", tag, {"setup_env.sh": setup_env}, dockerfile)
     return base, env
 
 
@@ -406,10 +291,12 @@ async def build_instance_image(instance: Instance, repo_mirror: Path, *, verify:
         chain.steps.append(Step("instance", tag))
         return chain
     t0 = time.monotonic()
+    from anyswe.images.git_serve import serve_mirror
+
     async with serve_mirror(mirror) as url:
         setup_repo = sb.repo_script(instance, clone_from=url)
         step = await _build(
-            "instance", tag, {"setup_repo.sh": setup_repo}, _INSTANCE_DOCKERFILE.replace("{env_image}", env)
+            "instance", tag, {"setup_repo.sh": setup_repo}, _file("instance.Dockerfile").replace("{env_image}", env)
         )
     step.seconds = time.monotonic() - t0
     chain.steps.append(step)
@@ -420,104 +307,6 @@ async def build_instance_image(instance: Instance, repo_mirror: Path, *, verify:
             await _proc.run(["docker", "image", "rm", "--force", tag], timeout=120)
             raise
     return chain
-
-
-# -- the mirror, served for the clone --------------------------------------------------------------
-
-
-async def _bridge_gateway() -> str:
-    """The host's address on docker's default bridge: where a build step's container reaches the host."""
-    import ipaddress
-
-    r = await _proc.run(
-        ["docker", "network", "inspect", "bridge", "--format", "{{range .IPAM.Config}}{{.Gateway}} {{.Subnet}}{{end}}"],
-        timeout=60,
-    )
-    words = r.stdout.decode().split()
-    if r.exit_code != 0 or not words:
-        raise ImageBuildError(
-            "docker's default bridge network has no address: the repository is cloned in the build over it "
-            f"({r.stderr.decode(errors='replace').strip()[-300:]})"
-        )
-    for word in words:
-        if "/" not in word:
-            return word
-    # Older engines leave Gateway out: the bridge takes the subnet's first address.
-    return str(next(ipaddress.ip_network(words[0]).hosts()))
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _writable_copy(mirror: Path, dest: Path) -> None:
-    shutil.copytree(mirror, dest, symlinks=True)
-    for path in [dest, *dest.rglob("*")]:
-        if not path.is_symlink():
-            path.chmod(path.stat().st_mode | stat.S_IWUSR)
-    # A mirror made without its empty directories (a read-only copy, an archive) is not a git
-    # repository to git until it has refs/ again.
-    for sub in ("refs/heads", "refs/tags"):
-        (dest / sub).mkdir(parents=True, exist_ok=True)
-
-
-@contextlib.asynccontextmanager
-async def serve_mirror(mirror: Path) -> AsyncIterator[str]:
-    """A copy of the bare repository ``mirror`` served read-only by ``git daemon`` on docker's bridge;
-    yields its ``git://`` URL (in place of swebench's GitHub URL), stops the daemon afterwards."""
-    host = await _bridge_gateway()
-    root = cache_dir() / "swebench-build"
-    root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root, prefix="mirror-") as tmp:
-        await asyncio.to_thread(_writable_copy, mirror, Path(tmp) / mirror.name)
-        port = _free_port(host)
-        log = open(Path(tmp) / "daemon.log", "wb")  # noqa: SIM115 - held while the daemon runs
-        proc = await asyncio.create_subprocess_exec(
-            "git",
-            "daemon",
-            "--export-all",
-            "--reuseaddr",
-            "--informative-errors",
-            f"--base-path={tmp}",
-            f"--listen={host}",
-            f"--port={port}",
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,  # its per-connection children go with it
-        )
-        try:
-            await _wait_listening(host, port, proc)
-            yield f"git://{host}:{port}/{mirror.name}"
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(proc.wait(), 10)
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
-            log.close()
-
-
-async def _wait_listening(host: str, port: int, proc: asyncio.subprocess.Process) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if proc.returncode is not None:
-            raise ImageBuildError(f"git daemon exited ({proc.returncode}) before listening on {host}:{port}")
-        try:
-            _, writer = await asyncio.open_connection(host, port)
-        except OSError:
-            await asyncio.sleep(0.1)
-            continue
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-        return
-    raise ImageBuildError(f"git daemon did not listen on {host}:{port} within 15 s")
 
 
 # -- what a built image holds ----------------------------------------------------------------------
@@ -585,5 +374,4 @@ __all__ = [
     "env_tag",
     "find_mirror",
     "image_facts",
-    "serve_mirror",
 ]
