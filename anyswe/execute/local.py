@@ -135,7 +135,9 @@ class _Driver:
                 output = await self.attempt(unit, gateway)
             except OSError as exc:  # the run directory itself refuses writes (a full disk): stop the run
                 raise ResultsError(f"cannot write to {self.store.run_dir}: {exc}") from exc
-            if output.result.error_kind != "infra" or n == retry.max_attempts:
+            # A permanent infra error (a missing image, one that is not the instance's) is the same on
+            # every attempt: reported at once.
+            if output.result.error_kind != "infra" or output.result.error_permanent or n == retry.max_attempts:
                 break
             # Every attempt keeps its row; the backoff waits outside the concurrency bound.
             await asyncio.sleep(retry.backoff * 2 ** (n - 1))
