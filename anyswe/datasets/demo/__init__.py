@@ -24,7 +24,7 @@ from anyswe.datasets.instance import Instance
 from anyswe.errors import DatasetError
 
 TASKS_DIR = Path(__file__).parent / "tasks"
-_FORMAT = "3"  # bump when the derivation below changes, to invalidate cached rows
+_FORMAT = "4"  # bump when the derivation below changes, to invalidate cached rows
 # Fixed identity and dates make the base commit hash a function of the files alone.
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "anyswe",
@@ -86,7 +86,7 @@ def materialize(task_dir: Path) -> tuple[Instance, Path]:
         if (task_dir / "sloppy").is_dir():
             extra["sloppy_patch"] = _overlay_diff(repo, task_dir / "sloppy")
         row = {
-            **{k: v for k, v in meta.items() if k != "traits"},
+            **{k: v for k, v in meta.items() if k not in ("traits", "swebench_spec")},
             "base_commit": base_commit,
             "patch": _overlay_diff(repo, task_dir / "fix"),
             "test_patch": _overlay_diff(repo, task_dir / "tests"),
@@ -122,7 +122,10 @@ def task_dirs() -> dict[str, Path]:
 
 #: Repos of the SWE-bench-shaped variant are prefixed so they never collide with swebench's own.
 SWE_PREFIX = "demo-swe/"
-#: The custom swebench spec each SWE-bench-shaped row carries (registered before grading).
+#: The custom swebench spec each SWE-bench-shaped row carries (registered before grading); a task's
+#: own ``swebench_spec`` in its task.json adds to it. Two tasks (calc, inventory) have a
+#: ``pre_install`` that edits a tracked file, as every sphinx spec's does (tox.ini): their -rA lives
+#: in the repository's pytest config, so the image's setup commit must be in force for a verdict.
 SWE_SPEC = {"test_cmd": "pytest -rA -p no:cacheprovider"}
 
 # Stands in for miniconda in SWE-bench images: swebench's eval script runs
@@ -146,10 +149,17 @@ def load(*, swebench_shaped: bool = False) -> list[Instance]:
         return rows
     return [
         Instance.model_validate(
-            {**r.model_dump(), "repo": SWE_PREFIX + r.repo.split("/", 1)[-1], "swebench_spec": SWE_SPEC}
+            {**r.model_dump(), "repo": SWE_PREFIX + r.repo.split("/", 1)[-1], "swebench_spec": swebench_spec(r)}
         )
         for r in rows
     ]
+
+
+def swebench_spec(instance: Instance) -> dict[str, Any]:
+    """The swebench spec (test_cmd, pre_install, ...) of a demo task's SWE-bench-shaped row."""
+    task_dir = task_dirs().get(instance.instance_id)
+    own = json.loads((task_dir / "task.json").read_text()).get("swebench_spec", {}) if task_dir else {}
+    return {**SWE_SPEC, **own}
 
 
 def rows(*, swebench_shaped: bool = False) -> list[dict[str, Any]]:
