@@ -209,3 +209,57 @@ def test_an_image_that_is_not_the_instances_never_runs_the_agent_and_is_not_retr
     finally:
         for image, _ in images.values():
             docker.image.remove(image, force=True)
+
+
+class MeddlerConfig(AgentConfig):
+    type: Literal["meddler"] = "meddler"
+
+
+class MeddlerAgent(Agent):
+    """Writes the fix, commits part of it, and sets every git option that changes how a diff looks."""
+
+    name: ClassVar[str] = "meddler"
+    config_class = MeddlerConfig
+    needs_model = False
+    needs_reference = True
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        assert ctx.reference_patch is not None
+        await ctx.sandbox.write_file("/tmp/fix.diff", ctx.reference_patch.encode())
+        steps = [
+            "git apply /tmp/fix.diff && rm /tmp/fix.diff",
+            # Its own work committed: the capture is against the starting point, not HEAD.
+            "git -c user.name=a -c user.email=a@a commit -q -am 'my fix'",
+            "git config --global color.ui always && git config --global diff.noprefix true",
+            "git config diff.context 0 && git config diff.mnemonicPrefix true && git config diff.external /bin/false",
+            "echo '*.py diff=shout' >> .git/info/attributes && git config diff.shout.textconv 'tr a-z A-Z <'",
+        ]
+        for step in steps:
+            r = await ctx.sandbox.exec(["bash", "-c", step], workdir=ctx.workdir)
+            ctx.log(f"$ {step}\n(exit {r.exit_code}) {r.stderr}")
+        return AgentOutcome()
+
+
+register_agent("meddler", f"{__name__}:MeddlerAgent")
+
+
+def test_the_agents_git_config_cannot_change_the_captured_patch(runtimes: None, tmp_path: Path) -> None:
+    """Colour, no prefixes, no context, an external diff and a textconv, and a commit of its own: the
+    captured patch is still the plain diff from the starting point, and it resolves."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: meddle\ndataset: {name: demo-swebench, instance_ids: [demo__inventory-4]}\n"
+        "agents:\n  m: {type: meddler}\n"
+        "providers:\n  docker: {type: docker}\n  apptainer: {type: apptainer, overlay_size_mb: 256}\n"
+    )
+    exp = Experiment.load(spec, run_dir=tmp_path / "run")
+    exp.run(progress=False)
+    rows = exp.results()
+    assert rows.height == 2 and rows["error_kind"].is_null().all(), rows
+    for row in rows.iter_rows(named=True):
+        assert row["resolved"] and row["applied_by"] == "git apply --verbose", row
+        patch = row["model_patch"]
+        assert "\x1b[" not in patch and "diff --git a/inventory.py b/inventory.py" in patch, patch
+        # The image's setup commit (its pre_install edit of setup.cfg) is the starting point, not the base.
+        log = (exp.run_dir / "tasks" / row["key"] / "agent.log").read_text()
+        assert "1 commit(s) after the base" in log and "setup.cfg" not in patch, log
