@@ -66,6 +66,24 @@ def docker_image() -> str:
 
 
 @pytest.fixture(scope="session")
+def bullseye_image(docker_image: str) -> str:
+    """anyswe/base:bullseye (Debian 11: python 3.9), what SWE-bench images for python 3.9 are built on."""
+    image = "anyswe/base:bullseye"
+    if not _works(["docker", "image", "inspect", image]):
+        _unavailable(f"{image} missing (bash scripts/provision.sh image-bullseye)")
+    return image
+
+
+@pytest.fixture(scope="session")
+def repo_mirror(shared_swebench: Path) -> Path:
+    """../shared/swebench/repos: bare repositories holding SWE-bench base commits (its README.md)."""
+    path = shared_swebench / "repos"
+    if not (path / "pytest.git").is_dir() or not (path / "sphinx.git").is_dir():
+        _unavailable(f"the repository mirrors are not in {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
 def sif_image(docker_image: str) -> str:
     if not _works(["apptainer", "--version"]):
         _unavailable("apptainer is not installed")

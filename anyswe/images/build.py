@@ -82,8 +82,14 @@ async def image_id(image: str) -> str:
         ) from None
 
 
-async def build_docker_image(dockerfile: Path, tag: str) -> str:
-    """``docker build`` ``dockerfile`` (its directory is the context) as ``tag`` unless ``tag`` exists."""
+async def build_docker_image(
+    dockerfile: Path, tag: str, *, log: Path | None = None, timeout: float = BUILD_TIMEOUT
+) -> str:
+    """``docker build`` ``dockerfile`` (its directory is the context) as ``tag`` unless ``tag`` exists.
+
+    With ``log``, the build's whole output (each step's) is written there, and a failure's error ends
+    with the failing step's output rather than only docker's one-line summary (``--quiet`` drops it).
+    """
     docker = _docker()
     async with _build_lock(tag.replace("/", "_").replace(":", "_")):
         if await asyncio.to_thread(docker.image.exists, tag):
@@ -91,11 +97,16 @@ async def build_docker_image(dockerfile: Path, tag: str) -> str:
         # The classic builder (BuildKit is not always installed beside Debian's docker.io), with
         # --force-rm: it keeps the container of a failed step otherwise (python-on-whales' legacy_build
         # cannot ask for that), and one leaks per failed build.
-        argv = [*docker.client_config.docker_cmd, "build", "--force-rm", "--quiet", "--file", str(dockerfile)]
-        r = await _proc.run([*argv, "--tag", tag, str(dockerfile.parent)], timeout=BUILD_TIMEOUT)
+        argv = [*docker.client_config.docker_cmd, "build", "--force-rm", "--file", str(dockerfile)]
+        if log is None:
+            argv.append("--quiet")
+        r = await _proc.run([*argv, "--tag", tag, str(dockerfile.parent)], timeout=timeout)
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_bytes(r.stdout + b"\n--- stderr ---\n" + r.stderr)
         if r.exit_code != 0 or r.timed_out:
             output = r.stderr.decode("utf-8", "replace")[-3000:] + r.stdout.decode("utf-8", "replace")[-3000:]
-            how = f"timed out after {BUILD_TIMEOUT:.0f}s" if r.timed_out else f"exit {r.exit_code}"
+            how = f"timed out after {timeout:.0f}s" if r.timed_out else f"exit {r.exit_code}"
             raise ImageBuildError(f"docker build of {tag} failed ({how}):\n{output}")
     return tag
 

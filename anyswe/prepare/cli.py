@@ -88,6 +88,12 @@ def prepare_images_cmd(
     ] = None,
     retries: Annotated[int, typer.Option("--retries", min=1, help="Attempts per pull.")] = 3,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Estimate and check the disk; make nothing.")] = False,
+    build: Annotated[
+        bool, typer.Option("--build", help="Build missing SWE-bench images (swebench's chain, offline); no pulls.")
+    ] = False,
+    repo_mirror: Annotated[
+        Path | None, typer.Option("--repo-mirror", help="With --build: bare repos (<name>.git) to clone from.")
+    ] = None,
 ) -> None:
     """Pull (or build) every docker image the spec needs and build its SIFs, in parallel; resumable."""
     from anyswe._sync import run_sync
@@ -98,6 +104,8 @@ def prepare_images_cmd(
     if sif_source not in ("auto", "registry", "daemon"):
         _fail(AnysweError(f"--sif-source must be auto, registry or daemon, not {sif_source!r}"))
     budget = _size(disk_budget) if disk_budget else None
+    if (repo_mirror is not None) != build:
+        _fail(AnysweError("--build needs --repo-mirror DIR (the bare repositories to clone), and only it does"))
     try:
         plan_ = make_plan(load_spec(spec, set_ or ()))
         report_ = run_sync(
@@ -109,6 +117,8 @@ def prepare_images_cmd(
                 disk_budget=budget,
                 retries=retries,
                 dry_run=dry_run,
+                build=build,
+                repo_mirror=repo_mirror.resolve() if repo_mirror is not None else None,
             )
         )
     except AnysweError as exc:

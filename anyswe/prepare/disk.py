@@ -56,10 +56,20 @@ async def estimate(job: ImageJob, docker_available: bool) -> None:
         if job.build_dataset is not None:
             job.needs = BUILD_BYTES
             return
+        if job.build_instance is not None:
+            from anyswe.images.swebench_build import INSTANCE_BUILD_BYTES
+
+            job.needs = INSTANCE_BUILD_BYTES
+            return
     elif job.target and sif_present(Path(job.target)):
         job.status = "present"
         return
     unpacked = await _local_size(job.ref) if docker_available else None
+    if unpacked is None and job.build_instance is not None:
+        # Its image is built in this preparation: nothing to ask a registry, whose copy is not this one.
+        from anyswe.images.swebench_build import INSTANCE_BUILD_BYTES
+
+        unpacked = INSTANCE_BUILD_BYTES
     compressed = None
     if unpacked is None:
         try:

@@ -1,7 +1,7 @@
 """``anyswe prepare images``: every image a spec's plan needs, made ready before the run.
 
-Two phases. *docker*: each instance image is pulled (or, for a dataset that builds its own, built),
-skipping those present, in parallel up to a bound, retrying transient registry failures. *sif*: for
+Two phases. *docker*: each instance image is pulled (or built: by its dataset, or with ``build`` as swebench
+builds it), skipping those present, in parallel up to a bound, retrying transient registry failures. *sif*: for
 an apptainer provider with a ``sif`` template, one SIF per instance is built into that path, from
 the registry (``docker://``, no docker needed: the HPC path) or from the local daemon (a docker
 archive); without a template the SIF goes to anyswe's own cache, as a run would make it.
@@ -31,10 +31,12 @@ from anyswe._threads import in_thread
 from anyswe.config import base_image
 from anyswe.datasets import format_image, image_builder, image_fields
 from anyswe.errors import AnysweError, ImageBuildError, RuntimeNotAvailable
+from anyswe.images.swebench_build import build_instance_image
 from anyswe.prepare.disk import check_disk, estimate
 from anyswe.prepare.registry import Reference, remote_image
 
 if TYPE_CHECKING:
+    from anyswe.datasets.instance import Instance
     from anyswe.plan import Plan
 
 #: Registry answers that no retry changes.
@@ -57,6 +59,8 @@ class ImageJob:
     instance_id: str
     providers: set[str] = field(default_factory=set)
     build_dataset: str | None = None  #: docker phase: built locally by this dataset
+    #: the row a SWE-bench image is built from (``--build``; its SIF: never asked of a registry)
+    build_instance: Instance | None = None
     from_registry: bool = False  #: sif phase: docker:// rather than the local daemon
     needs: int = 0  #: bytes kept when done
     transient: int = 0  #: bytes needed only while it is made
@@ -106,13 +110,16 @@ class PrepareReport:
 # -- what the plan needs ---------------------------------------------------------------------------
 
 
-def image_jobs(plan: Plan, *, sif_source: SifSource = "auto", docker_available: bool = True) -> list[ImageJob]:
-    """The artefacts ``plan`` needs, one per docker reference and one per SIF path, in plan order."""
+def image_jobs(
+    plan: Plan, *, sif_source: SifSource = "auto", docker_available: bool = True, build: bool = False
+) -> list[ImageJob]:
+    """The artefacts ``plan`` needs, one per docker reference and one per SIF path, in plan order
+    (``build``: template-named images are built, not pulled, and their SIFs made from the daemon)."""
     from anyswe.images.resolve import ImageSource
 
     docker_jobs: dict[str, ImageJob] = {}
     sif_jobs: dict[str, ImageJob] = {}
-    from_registry = sif_source == "registry" or (sif_source == "auto" and not docker_available)
+    from_registry = not build and (sif_source == "registry" or (sif_source == "auto" and not docker_available))
     for name in dict.fromkeys(c.provider for c in plan.cells):
         cfg = plan.spec.providers[name]
         source = ImageSource.choose(plan.dataset, cfg)
@@ -123,11 +130,13 @@ def image_jobs(plan: Plan, *, sif_source: SifSource = "auto", docker_available: 
                 ref = format_image(source.template, inst)
             else:
                 continue
+            built_here = build and source.build_dataset is None
             needs = cfg.prepared_artefacts(image_fields(inst), sif_from_registry=from_registry)
             if needs.docker_image:
                 job = docker_jobs.setdefault(
                     ref, ImageJob("image", ref, ref, inst.instance_id, build_dataset=source.build_dataset)
                 )
+                job.build_instance = inst if built_here else None
                 job.providers.add(name)
             if needs.sif is not None:
                 key = needs.sif or f"cache:{ref}"
@@ -135,6 +144,7 @@ def image_jobs(plan: Plan, *, sif_source: SifSource = "auto", docker_available: 
                     key,
                     ImageJob("sif", ref, needs.sif, inst.instance_id, from_registry=bool(needs.sif) and from_registry),
                 )
+                sif.build_instance = inst if built_here else None
                 sif.providers.add(name)
     return [*docker_jobs.values(), *sif_jobs.values()]
 
@@ -336,10 +346,13 @@ async def prepare_images_async(
     timeout: float = 3600,
     progress: bool = True,
     dry_run: bool = False,
+    build: bool = False,
+    repo_mirror: Path | None = None,
 ) -> PrepareReport:
-    """Pull, build and convert what ``plan`` needs; see the module docstring."""
+    """Pull, build and convert what ``plan`` needs; see the module docstring. ``build``: SWE-bench
+    images not present are built from ``repo_mirror`` (bare repositories) instead of pulled."""
     docker_available = await _docker_answers()
-    found = image_jobs(plan, sif_source=sif_source, docker_available=docker_available)
+    found = image_jobs(plan, sif_source=sif_source, docker_available=docker_available, build=build)
     if any(j.phase == "image" for j in found) and not docker_available:
         raise RuntimeNotAvailable(
             "these images need docker (a docker provider, or SIFs from the local daemon), and docker does not "
@@ -359,6 +372,9 @@ async def prepare_images_async(
     async def docker_job(job: ImageJob) -> None:
         if job.build_dataset is not None:
             await _build(job)
+        elif job.build_instance is not None:
+            chain = await build_instance_image(job.build_instance, repo_mirror or Path())
+            job.status, job.note = "built", chain.summary
         else:
             await _pull(job, retries, backoff)
 

@@ -1,0 +1,377 @@
+"""Build SWE-bench instance images offline, the way swebench 4.1.0 builds them.
+
+swebench builds a chain of three docker images (``swebench/harness/docker_build.py`` with the
+Dockerfiles of ``swebench/harness/dockerfiles/python.py``):
+
+* a *base* image: an OS, build tools and conda;
+* an *env* image per environment script (``setup_env.sh``: ``conda create`` and the spec's pip
+  packages), tagged with a hash of that script (``TestSpec.env_image_key``);
+* the *instance* image (``setup_repo.sh``: clone, reset to the base commit, the spec's
+  ``pre_install``/``install``, the "SWE-bench" setup commit), named
+  ``swebench/sweb.eval.x86_64.<id>:latest``.
+
+This module builds the same chain from swebench's own env and repo scripts
+(:func:`anyswe.grading.swebench.env_script` and :func:`~anyswe.grading.swebench.repo_script`) on a
+host whose only network is the package index and Debian's mirror. Where it must differ from
+swebench, it says so where it does:
+
+* **Debian instead of Ubuntu + conda.** There is no conda download here: the base image is
+  ``anyswe/base:<debian>`` (built by ``scripts/provision.sh`` from Debian packages) whose own
+  python has the spec's version (3.9: Debian 11, 3.11: Debian 12), with a *conda stand-in*:
+  ``source /opt/miniconda3/bin/activate`` defines a shell function ``conda`` that knows
+  ``create -n NAME python=X.Y``, ``activate`` and ``deactivate``. The "testbed env" is the system
+  interpreter's own prefix (its python linked into ``/opt/miniconda3/envs/testbed/bin``), not a
+  venv: sphinx's eval runs ``tox --current-env``, and tox-current-env links its env's python to the
+  *base* interpreter, so a venv's packages would vanish there.
+* **The repository from a local mirror.** The clone from GitHub is replaced by a clone over
+  ``git://`` from a ``git daemon`` on docker's bridge (:mod:`anyswe.images.git_serve`), serving a copy of the
+  mirror. The classic builder has no ``RUN --mount``: a mirror ``COPY``'d into the build would stay
+  in a lower layer of the image however it were deleted later; cloned over the network, the image
+  holds only ``/testbed`` as swebench's own leaves it (the repo script's ``gc`` prunes what is not
+  reachable from the base commit and earlier tags).
+* **Certificates at build time only.** pip inside a build reaches the index through the host's
+  TLS-intercepting proxy: the host's CA bundle is copied into the env and instance builds, named by
+  ``PIP_CERT`` as a build ``ARG`` (never in the image's environment) and deleted after the step
+  that needs it.
+
+Rows whose spec installs from ``requirements.txt`` or ``environment.yml`` cannot be built here:
+swebench's env script downloads those files from GitHub. They fail with an error that says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from anyswe import _proc
+from anyswe.config import cache_dir
+from anyswe.errors import ImageBuildError
+
+if TYPE_CHECKING:
+    from anyswe.datasets.instance import Instance
+
+#: The Debian release whose own python has a spec's python version (``anyswe/base:<release>``).
+DEBIAN_FOR_PYTHON = {"3.9": "bullseye", "3.11": "bookworm"}
+#: The host's CA bundle, given to pip inside builds (``ANYSWE_BUILD_CA_BUNDLE`` overrides; "" for none).
+DEFAULT_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+#: What conda's python env has (pip, setuptools, wheel): Debian 11's pip 20.3 is too old for today's
+#: setuptools' editable installs.
+CONDA_LIKE_TOOLS = ("pip==23.3.2", "setuptools==68.2.2", "wheel==0.41.2")
+#: Bytes an instance image adds when built (its env image is shared): the disk estimate's figure.
+INSTANCE_BUILD_BYTES = 1 << 30
+#: A cold chain (apt for the base, pip for the env) on a slow index.
+BUILD_TIMEOUT = 3600.0
+_CA_IN_IMAGE = "/root/.anyswe-build-ca.crt"
+
+
+@dataclass
+class Step:
+    """One image of the chain: its tag, whether this call built it, and how long that took."""
+
+    kind: str  #: base, env or instance
+    tag: str
+    built: bool = False
+    seconds: float = 0.0
+
+
+@dataclass
+class Chain:
+    """The three images behind one instance image, as :func:`build_instance_image` left them."""
+
+    instance_id: str
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def image(self) -> str:
+        return self.steps[-1].tag
+
+    @property
+    def summary(self) -> str:
+        """``base cached, env 11s, instance 46s``: what this call built, and how long each took."""
+        return ", ".join(f"{s.kind} {s.seconds:.0f}s" if s.built else f"{s.kind} cached" for s in self.steps)
+
+    def step(self, kind: str) -> Step:
+        return next(s for s in self.steps if s.kind == kind)
+
+
+# -- what is built ---------------------------------------------------------------------------------
+
+
+def _specs(instance: Instance) -> dict[str, object]:
+    from anyswe.errors import GradingError
+    from anyswe.grading import swebench as sb
+
+    try:
+        return dict(sb.repo_version_specs()[instance.repo][instance.version])
+    except KeyError:
+        raise ImageBuildError(
+            f"{instance.instance_id}: swebench {sb.REQUIRED_VERSION} has no spec for {instance.repo} "
+            f"version {instance.version}: no image can be built the way swebench builds it"
+        ) from None
+    except GradingError as exc:
+        raise ImageBuildError(f"{instance.instance_id}: {exc}") from None
+
+
+def debian_release(instance: Instance) -> str:
+    """The Debian release of the base image for ``instance``'s spec python."""
+    python = str(_specs(instance).get("python", ""))
+    if python not in DEBIAN_FOR_PYTHON:
+        known = ", ".join(f"{p} (Debian {d})" for p, d in DEBIAN_FOR_PYTHON.items())
+        raise ImageBuildError(
+            f"{instance.instance_id}: its spec wants python {python or '?'}, and the conda stand-in has only "
+            f"a Debian release's own python: {known}"
+        )
+    return DEBIAN_FOR_PYTHON[python]
+
+
+def find_mirror(repo_mirror: Path, repo: str) -> Path:
+    """The bare repository for ``owner/name`` under ``repo_mirror``: ``name.git``, ``owner__name.git``
+    or ``owner/name.git``."""
+    owner, _, name = repo.partition("/")
+    tried = [repo_mirror / f"{name}.git", repo_mirror / f"{owner}__{name}.git", repo_mirror / owner / f"{name}.git"]
+    for path in tried:
+        if path.is_dir():
+            return path
+    raise ImageBuildError(f"no mirror of {repo} under {repo_mirror}: tried " + ", ".join(str(p) for p in tried))
+
+
+def env_setup_script(instance: Instance) -> str:
+    """swebench's ``setup_env.sh`` for ``instance``, or an error for the rows it would download for."""
+    from anyswe.grading import swebench as sb
+
+    packages = _specs(instance).get("packages", "")
+    if packages in ("requirements.txt", "environment.yml"):
+        raise ImageBuildError(
+            f"{instance.instance_id}: its spec installs from the repository's {packages}, which swebench's env "
+            "script downloads from GitHub at build time; only the package index is reachable here, so this "
+            "env image cannot be built offline"
+        )
+    return sb.env_script(instance)
+
+
+# The files the builds are made of (anyswe/images/swebench_files/), each hashed into its image's tag:
+# * activate: the conda stand-in. swebench's scripts only `source /opt/miniconda3/bin/activate`,
+#   `conda create -n testbed python=X.Y [conda packages] -y` and `conda activate testbed`; anything
+#   else is refused by name. `conda` is the same outside a sourced shell.
+# * base.Dockerfile: swebench's _DOCKERFILE_BASE_PY on Debian: its packages from Debian's mirror
+#   (configured in anyswe/base already), the stand-in where Miniconda would be, its `nonroot` user.
+# * env.Dockerfile, instance.Dockerfile: swebench's _DOCKERFILE_ENV_PY and _DOCKERFILE_INSTANCE_PY,
+#   plus the build-time CA (see the module docstring); the instance image is labelled with its env image.
+_FILES = Path(__file__).with_name("swebench_files")
+
+
+@functools.cache
+def _file(name: str) -> str:
+    return (_FILES / name).read_text()
+
+
+def _ca_bundle() -> Path | None:
+    path = os.environ.get("ANYSWE_BUILD_CA_BUNDLE", DEFAULT_CA_BUNDLE)
+    return Path(path) if path and Path(path).is_file() else None
+
+
+def _ca_lines(context: Path) -> dict[str, str]:
+    """The Dockerfile lines that give pip the host's CA bundle for this build only."""
+    bundle = _ca_bundle()
+    if bundle is None:
+        return {"ca_in": "", "ca_out": ""}
+    shutil.copyfile(bundle, context / "build-ca.crt")
+    # An ARG is in the environment of the RUN steps after it, never in the image's config.
+    return {
+        "ca_in": f"COPY ./build-ca.crt {_CA_IN_IMAGE}\nARG PIP_CERT={_CA_IN_IMAGE}",
+        "ca_out": f"RUN rm -f {_CA_IN_IMAGE}",
+    }
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _activate_script() -> str:
+    return _file("activate").replace("@TOOLS@", " ".join(CONDA_LIKE_TOOLS))
+
+
+def base_tag(debian: str) -> str:
+    """``anyswe/sweb.base.py.x86_64.<debian>-<hash>:latest``; the hash covers the base recipe."""
+    h = _digest(_file("base.Dockerfile"), _activate_script(), _file("conda"), debian)[:10]
+    return f"anyswe/sweb.base.py.x86_64.{debian}-{h}:latest"
+
+
+def env_tag(setup_env: str, base: str) -> str:
+    """Like swebench's ``env_image_key`` (a hash of the env script), with the base image in the hash:
+    a changed base (or stand-in) makes new env images."""
+    h = _digest(setup_env, base, _file("env.Dockerfile"))[:22]
+    return f"anyswe/sweb.env.py.x86_64.{h}:latest"
+
+
+def _logs() -> Path:
+    return cache_dir() / "swebench-build" / "logs"
+
+
+def _log_path(tag: str) -> Path:
+    return _logs() / (tag.replace("/", "_").replace(":", "_") + ".log")
+
+
+# -- building --------------------------------------------------------------------------------------
+
+
+async def _exists(tag: str) -> bool:
+    r = await _proc.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], timeout=60)
+    return r.exit_code == 0 and not r.timed_out
+
+
+async def _build(kind: str, tag: str, files: dict[str, str], dockerfile: str) -> Step:
+    from anyswe.images.build import build_docker_image
+
+    step = Step(kind, tag)
+    if await _exists(tag):
+        return step
+    root = cache_dir() / "swebench-build"
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(dir=root, prefix="context-") as tmp:
+        context = Path(tmp)
+        fields = _ca_lines(context) if "{ca_in}" in dockerfile else {}
+        for name, text in files.items():
+            (context / name).write_text(text)
+        (context / "Dockerfile").write_text(dockerfile.format(**fields))
+        await build_docker_image(context / "Dockerfile", tag, log=_log_path(tag), timeout=BUILD_TIMEOUT)
+    step.built, step.seconds = True, time.monotonic() - t0
+    return step
+
+
+async def build_base_image(debian: str) -> Step:
+    """The base image for a Debian release (``anyswe/base:<debian>`` must exist)."""
+    debian_image = f"anyswe/base:{debian}"
+    if not await _exists(debian_image):
+        raise ImageBuildError(
+            f"{debian_image} is not present: build it with `bash scripts/provision.sh "
+            f"{'image' if debian == 'bookworm' else 'image-' + debian}`"
+        )
+    files = {"activate": _activate_script(), "conda": _file("conda")}
+    dockerfile = _file("base.Dockerfile").replace("{debian_image}", debian_image)
+    return await _build("base", base_tag(debian), files, dockerfile)
+
+
+async def build_env_image(instance: Instance) -> tuple[Step, Step]:
+    """The base and env images ``instance``'s image is built on."""
+    setup_env = env_setup_script(instance)
+    base = await build_base_image(debian_release(instance))
+    tag = env_tag(setup_env, base.tag)
+    dockerfile = _file("env.Dockerfile").replace("{base_image}", base.tag)
+    env = await _build("env", tag, {"setup_env.sh": setup_env}, dockerfile)
+    return base, env
+
+
+async def build_instance_image(instance: Instance, repo_mirror: Path, *, verify: bool = True) -> Chain:
+    """Build (or find, by tag) ``instance``'s image and the images under it; see the module docstring.
+
+    The instance image gets swebench's official name. A freshly built one is checked
+    (:func:`check_instance_image`) and removed again if it does not hold what swebench's would.
+    """
+    from anyswe.grading import swebench as sb
+
+    tag = sb.official_image(instance.instance_id)
+    chain = Chain(instance.instance_id)
+    mirror = find_mirror(repo_mirror, instance.repo)  # named even when the images are all there
+    chain.steps.extend(await build_env_image(instance))
+    env = chain.steps[-1].tag
+    if await _exists(tag):
+        chain.steps.append(Step("instance", tag))
+        return chain
+    t0 = time.monotonic()
+    from anyswe.images.git_serve import serve_mirror
+
+    async with serve_mirror(mirror) as url:
+        setup_repo = sb.repo_script(instance, clone_from=url)
+        step = await _build(
+            "instance", tag, {"setup_repo.sh": setup_repo}, _file("instance.Dockerfile").replace("{env_image}", env)
+        )
+    step.seconds = time.monotonic() - t0
+    chain.steps.append(step)
+    if verify and step.built:
+        try:
+            await check_instance_image(tag, instance)
+        except ImageBuildError:
+            await _proc.run(["docker", "image", "rm", "--force", tag], timeout=120)
+            raise
+    return chain
+
+
+# -- what a built image holds ----------------------------------------------------------------------
+
+_FACTS = """set -e
+cd /testbed
+echo "head=$(git rev-parse HEAD)"
+echo "parent=$(git rev-parse HEAD^)"
+echo "subject=$(git log -1 --format=%s HEAD)"
+echo "after_base=$(git rev-list --all --not {base} | tr '\\n' ' ')"
+echo "changed=$(git diff --name-only {base} HEAD | tr '\\n' ' ')"
+echo "refs=$(git for-each-ref --format='%(refname)' | grep -v '^refs/tags/' | tr '\\n' ' ')"
+echo "dirty=$(git status --porcelain --untracked-files=no | wc -l)"
+"""
+
+
+async def image_facts(tag: str, base_commit: str) -> dict[str, str | list[str]]:
+    """What ``/testbed`` in ``tag`` holds: HEAD, its parent and subject, the commits not in the base
+    commit's history (``after_base``), the files the setup commit changed, the refs but tags."""
+    script = _FACTS.format(base=base_commit)
+    r = await _proc.run(
+        ["docker", "run", "--rm", "--network", "none", "--entrypoint", "/bin/bash", tag, "-c", script], timeout=300
+    )
+    if r.exit_code != 0 or r.timed_out:
+        raise ImageBuildError(
+            f"could not read /testbed in {tag} (exit {r.exit_code}): {r.stderr.decode(errors='replace')[-800:]}"
+        )
+    facts: dict[str, str | list[str]] = {}
+    for line in r.stdout.decode().splitlines():
+        key, _, value = line.partition("=")
+        facts[key] = value.split() if key in ("after_base", "changed", "refs") else value.strip()
+    return facts
+
+
+async def check_instance_image(tag: str, instance: Instance) -> dict[str, str | list[str]]:
+    """Fail unless ``tag``'s ``/testbed`` is as swebench leaves it: HEAD is the "SWE-bench" setup commit,
+    its parent the base commit, and no other commit after the base commit is reachable."""
+    facts = await image_facts(tag, instance.base_commit)
+    problems = []
+    if facts.get("subject") != "SWE-bench":
+        problems.append(f"HEAD's subject is {facts.get('subject')!r}, not 'SWE-bench'")
+    if facts.get("parent") != instance.base_commit:
+        problems.append(f"HEAD's parent is {facts.get('parent')}, not the base commit {instance.base_commit}")
+    if facts.get("after_base") != [facts.get("head")]:
+        problems.append(f"commits after the base commit other than HEAD: {facts.get('after_base')}")
+    if facts.get("dirty") != "0":
+        problems.append(f"{facts.get('dirty')} tracked file(s) changed after the setup commit")
+    if problems:
+        raise ImageBuildError(f"{tag} is not as swebench's build leaves it: " + "; ".join(problems))
+    return facts
+
+
+__all__ = [
+    "DEBIAN_FOR_PYTHON",
+    "INSTANCE_BUILD_BYTES",
+    "Chain",
+    "Step",
+    "base_tag",
+    "build_base_image",
+    "build_env_image",
+    "build_instance_image",
+    "check_instance_image",
+    "debian_release",
+    "env_setup_script",
+    "env_tag",
+    "find_mirror",
+    "image_facts",
+]

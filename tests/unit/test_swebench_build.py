@@ -1,0 +1,72 @@
+"""The SWE-bench image build's offline decisions: mirrors, bases, refused rows, tags, prepare's jobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from anyswe.datasets.instance import Instance
+from anyswe.errors import ImageBuildError
+from anyswe.images import swebench_build as sbb
+
+
+def _rows(shared: Path, *ids: str) -> list[Instance]:
+    rows = {r["instance_id"]: r for r in map(json.loads, (shared / "verified.jsonl").read_text().splitlines())}
+    return [Instance.model_validate(rows[i]) for i in ids]
+
+
+def test_the_mirror_is_found_under_each_accepted_name_and_a_missing_one_names_the_paths(tmp_path: Path) -> None:
+    with pytest.raises(ImageBuildError) as exc:
+        sbb.find_mirror(tmp_path, "pytest-dev/pytest")
+    for tried in ("pytest.git", "pytest-dev__pytest.git", "pytest-dev/pytest.git"):
+        assert str(tmp_path / tried) in str(exc.value)
+    (tmp_path / "pytest-dev").mkdir()
+    (tmp_path / "pytest-dev" / "pytest.git").mkdir()
+    assert sbb.find_mirror(tmp_path, "pytest-dev/pytest") == tmp_path / "pytest-dev" / "pytest.git"
+    (tmp_path / "pytest.git").mkdir()
+    assert sbb.find_mirror(tmp_path, "pytest-dev/pytest") == tmp_path / "pytest.git"
+
+
+def test_rows_whose_env_script_downloads_from_github_are_refused(shared_swebench: Path) -> None:
+    (django,) = _rows(shared_swebench, "django__django-14725")
+    with pytest.raises(ImageBuildError, match=r"requirements\.txt.*GitHub"):
+        sbb.env_setup_script(django)
+    (xarray,) = _rows(shared_swebench, "pydata__xarray-2905")
+    with pytest.raises(ImageBuildError, match=r"environment\.yml"):
+        sbb.env_setup_script(xarray)
+
+
+def test_the_base_follows_the_spec_python(shared_swebench: Path) -> None:
+    pytest_row, astropy = _rows(shared_swebench, "pytest-dev__pytest-8399", "astropy__astropy-7166")
+    assert sbb.debian_release(pytest_row) == "bullseye"
+    with pytest.raises(ImageBuildError, match=r"python 3\.6"):
+        sbb.debian_release(astropy)
+
+
+def test_env_tags_follow_the_script_and_the_base(shared_swebench: Path) -> None:
+    a, b, c = _rows(shared_swebench, "sphinx-doc__sphinx-10323", "sphinx-doc__sphinx-11445", "pytest-dev__pytest-8399")
+    base = sbb.base_tag("bullseye")
+    assert base.startswith("anyswe/sweb.base.py.x86_64.bullseye-") and base != sbb.base_tag("bookworm")
+    # The three sphinx rows share one env script, as swebench's env_image_key shares their image.
+    assert sbb.env_tag(sbb.env_setup_script(a), base) == sbb.env_tag(sbb.env_setup_script(b), base)
+    assert sbb.env_tag(sbb.env_setup_script(a), base) != sbb.env_tag(sbb.env_setup_script(c), base)
+    assert sbb.env_tag(sbb.env_setup_script(a), base) != sbb.env_tag(sbb.env_setup_script(a), "other:latest")
+
+
+def test_prepare_with_build_plans_local_builds_and_no_registry_sifs(shared_swebench: Path) -> None:
+    from anyswe.plan import make_plan
+    from anyswe.prepare.images import image_jobs
+    from anyswe.spec import load_spec
+
+    spec = Path(__file__).resolve().parents[2] / "specs" / "real_images.yaml"
+    plan = make_plan(load_spec(spec))
+    jobs = image_jobs(plan, sif_source="registry", docker_available=True, build=True)
+    docker_jobs = [j for j in jobs if j.phase == "image"]
+    assert len(docker_jobs) == 7 and all(j.build_instance is not None for j in docker_jobs)
+    assert {j.ref for j in docker_jobs} == {f"swebench/sweb.eval.x86_64.{i.instance_id.replace('__', '_1776_')}:latest"
+                                           for i in plan.instances}  # fmt: skip
+    sifs = [j for j in jobs if j.phase == "sif"]
+    assert len(sifs) == 7 and not any(j.from_registry for j in sifs)
+    assert not any(j.build_instance for j in image_jobs(plan, docker_available=True))
