@@ -128,19 +128,6 @@ SWE_PREFIX = "demo-swe/"
 #: in the repository's pytest config, so the image's setup commit must be in force for a verdict.
 SWE_SPEC = {"test_cmd": "pytest -rA -p no:cacheprovider"}
 
-# Stands in for miniconda in SWE-bench images: swebench's eval script runs
-# `source /opt/miniconda3/bin/activate` and `conda activate testbed` under `set -u`.
-_ACTIVATE = """\
-# anyswe demo: a stand-in for miniconda's activate script
-conda() {
-    if [ "${1:-}" = activate ] && [ -n "${2:-}" ]; then
-        export CONDA_DEFAULT_ENV="$2"
-        export PATH="/opt/miniconda3/envs/$2/bin:$PATH"
-    fi
-}
-"""
-_PYTEST = '#!/bin/sh\nexec python3 -m pytest "$@"\n'
-
 
 def load(*, swebench_shaped: bool = False) -> list[Instance]:
     """The demo rows; ``swebench_shaped`` gives the variant graded by the swebench harness."""
@@ -170,30 +157,32 @@ def rows(*, swebench_shaped: bool = False) -> list[dict[str, Any]]:
 def build_context(instance_id: str, base_image: str, *, swebench_shaped: bool = False) -> tuple[Path, str]:
     """A docker build context for the task image (base image + /testbed) and its content tag.
 
-    The SWE-bench-shaped variant adds a ``testbed`` environment activated the way swebench's eval
-    script expects, so it runs the very script swebench generates.
+    The SWE-bench-shaped variant is built the way swebench builds an instance image, by
+    :func:`anyswe.images.demo_swebench.demo_build_context`.
     """
+    if swebench_shaped:
+        from anyswe.images.demo_swebench import demo_build_context
+
+        return demo_build_context(instance_id, base_image)
     task_dir = task_dirs().get(instance_id)
     if task_dir is None:
         raise DatasetError(f"no demo task {instance_id!r}")
     _, out = materialize(task_dir)
-    dockerfile = f"FROM {base_image}\nCOPY testbed /testbed\n"
-    if swebench_shaped:
-        conda = out / "conda"
-        (conda / "bin").mkdir(parents=True, exist_ok=True)
-        (conda / "envs" / "testbed" / "bin").mkdir(parents=True, exist_ok=True)
-        (conda / "bin" / "activate").write_text(_ACTIVATE)
-        pytest_bin = conda / "envs" / "testbed" / "bin" / "pytest"
-        pytest_bin.write_text(_PYTEST)
-        pytest_bin.chmod(0o755)
-        dockerfile += "COPY conda /opt/miniconda3\n"
-    dockerfile += "WORKDIR /testbed\n"
-    name = ("swe-" if swebench_shaped else "") + instance_id.replace("__", "_1776_").lower()
-    docker_file = out / ("Dockerfile.swe" if swebench_shaped else "Dockerfile")
+    dockerfile = f"FROM {base_image}\nCOPY testbed /testbed\nWORKDIR /testbed\n"
+    docker_file = out / "Dockerfile"
     docker_file.write_text(dockerfile)
-    extra = _ACTIVATE + _PYTEST if swebench_shaped else ""
-    tag_hash = hashlib.sha256((out.name + "\0" + dockerfile + extra).encode()).hexdigest()[:12]
-    return docker_file, f"anyswe-demo/{name}:{tag_hash}"
+    tag_hash = hashlib.sha256((out.name + "\0" + dockerfile).encode()).hexdigest()[:12]
+    return docker_file, f"anyswe-demo/{instance_id.replace('__', '_1776_').lower()}:{tag_hash}"
+
+
+def swebench_instance(instance_id: str) -> tuple[Instance, Path]:
+    """A demo task's SWE-bench-shaped row, and the directory holding its ``testbed/`` repository."""
+    task_dir = task_dirs().get(instance_id)
+    if task_dir is None:
+        raise DatasetError(f"no demo task {instance_id!r}")
+    _, out = materialize(task_dir)
+    row = next(i for i in load(swebench_shaped=True) if i.instance_id == instance_id)
+    return row, out
 
 
 def scripts() -> dict[str, list[str]]:
