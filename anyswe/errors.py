@@ -49,7 +49,19 @@ class DatasetError(AnysweError):
 
 
 class InfraError(AnysweError):
-    """Something outside the task failed: a runtime, an image, the host. Samples that hit it are masked."""
+    """Something outside the task failed: a runtime, an image, the host. Samples that hit it are masked.
+
+    ``permanent`` says whether trying again can help: a transient failure (a sandbox killed, a
+    runtime hiccup) is retried within the apply; a permanent one (a missing image, an image that is
+    not the instance's) is reported at once, since no attempt changes it.
+    """
+
+    permanent: bool = False
+
+    def __init__(self, *args: object, permanent: bool | None = None) -> None:
+        super().__init__(*args)
+        if permanent is not None:
+            self.permanent = permanent
 
 
 class SandboxError(InfraError):
@@ -97,6 +109,15 @@ class RuntimeNotAvailable(SandboxError):
 
 class ImageNotFound(SandboxError):
     """The image (docker reference or SIF path) does not exist locally; nothing is ever pulled implicitly."""
+
+    permanent = True
+
+
+class WrongImage(InfraError):
+    """The sandbox's repository is not the instance's: no base commit, HEAD not descending from it,
+    or commits after it that touch the files of the reference or test patch. Permanent."""
+
+    permanent = True
 
 
 class SandboxStartError(SandboxError):

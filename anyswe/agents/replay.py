@@ -1,7 +1,8 @@
 """``replay``: submits patches from a SWE-bench predictions file (instance_id, model_name_or_path, model_patch).
 
 The patch is submitted as text, not applied here, so grading applies it with swebench's ladder
-exactly as the official harness does with a predictions file.
+exactly as the official harness does with a predictions file: relative to the image's HEAD (its
+"SWE-bench" setup commit), in a fresh sandbox of the instance image.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class ReplayAgent(Agent):
         for n, row in enumerate(rows, 1):
             if not isinstance(row, dict) or "instance_id" not in row or "model_patch" not in row:
                 raise AgentError(f"replay: {path}: row {n} lacks instance_id or model_patch")
+            if not isinstance(row["model_patch"], (str, type(None))):
+                kind = type(row["model_patch"]).__name__
+                raise AgentError(f"replay: {path}: row {n}: model_patch must be a string (a diff), not a {kind}")
             if self.config.model_name_or_path and row.get("model_name_or_path") != self.config.model_name_or_path:
                 continue
             out[row["instance_id"]] = row["model_patch"] or ""

@@ -41,9 +41,19 @@ class RunSummary:
     errors: int
     #: Tasks of this apply that ended with an error, by error kind (infra, internal, grading, agent).
     error_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Of the infra errors, those no attempt can change (a missing image, one not the instance's).
+    permanent: int = 0
 
     def __str__(self) -> str:
-        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(self.error_kinds.items()))
+        kinds = ", ".join(
+            f"{n} {kind}"
+            + (
+                f" ({self.permanent} permanent: fix the image, then apply again)"
+                if kind == "infra" and self.permanent
+                else ""
+            )
+            for kind, n in sorted(self.error_kinds.items())
+        )
         return (
             f"{self.run_dir}: {self.planned} tasks planned, {self.skipped} already done, {self.ran} run "
             f"({self.resolved} resolved, {self.errors} with errors{': ' + kinds if kinds else ''})"
@@ -101,6 +111,7 @@ class _Driver:
         self.progress = progress
         self.resolved = self.errors = 0
         self.kinds: dict[str, int] = {}
+        self.permanent = 0
 
     async def attempt(self, unit: WorkUnit, gateway: Gateway | None) -> TaskOutput:
         async with self.slots:
@@ -135,7 +146,9 @@ class _Driver:
                 output = await self.attempt(unit, gateway)
             except OSError as exc:  # the run directory itself refuses writes (a full disk): stop the run
                 raise ResultsError(f"cannot write to {self.store.run_dir}: {exc}") from exc
-            if output.result.error_kind != "infra" or n == retry.max_attempts:
+            # A permanent infra error (a missing image, one that is not the instance's) is the same on
+            # every attempt: reported at once.
+            if output.result.error_kind != "infra" or output.result.error_permanent or n == retry.max_attempts:
                 break
             # Every attempt keeps its row; the backoff waits outside the concurrency bound.
             await asyncio.sleep(retry.backoff * 2 ** (n - 1))
@@ -144,6 +157,7 @@ class _Driver:
         if output.result.error_kind is not None:
             self.errors += 1
             self.kinds[output.result.error_kind] = self.kinds.get(output.result.error_kind, 0) + 1
+            self.permanent += output.result.error_permanent
         bar.advance(output.result)
 
     async def run(self, units: list[WorkUnit]) -> None:
@@ -202,7 +216,9 @@ async def execute(
             await asyncio.shield(_finish(runner, run_id))
             _summarise(store, run_dir, raise_errors=finished)
     done = len(plan.tasks) - len(units)
-    return RunSummary(run_dir, len(plan.tasks), done, len(units), driver.resolved, driver.errors, driver.kinds)
+    return RunSummary(
+        run_dir, len(plan.tasks), done, len(units), driver.resolved, driver.errors, driver.kinds, driver.permanent
+    )
 
 
 async def _finish(runner: Runner, run_id: str) -> None:

@@ -18,29 +18,38 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from anyswe.errors import InfraError
+from anyswe.errors import InfraError, WrongImage
 
 if TYPE_CHECKING:
     from anyswe.sandbox import Sandbox
 
-# $1: the base commit. Refs whose commit is not the base or one of its ancestors are deleted (as
-# swebench's own image script deletes later tags), then reflogs, then every unreachable object.
+# $1: the base commit. The starting point is the commit HEAD is at (swebench's "SWE-bench" setup
+# commit in an official image, or the base commit itself): what lies between the base and it is
+# reported for the host to judge, then refs whose commit is not HEAD or one of its ancestors are
+# deleted (as swebench's own image script deletes later tags), then reflogs, then every unreachable
+# object. Output, one item a line: head, commit (base..HEAD, at most 50), file (base..HEAD, NUL-free
+# quoted paths, at most 20001: more than 20000 means "not all listed"), then the finding.
 _SEAL = r"""
 base=$1
 if ! git rev-parse -q --verify "$base^{commit}" >/dev/null 2>&1; then
   if why=$(git rev-parse --git-dir 2>&1); then why="the base commit is not in it"; fi
   echo "no-repository $(printf '%s\n' "$why" | head -n 1)"; exit 0
 fi
-head=$(git rev-parse HEAD 2>/dev/null)
-[ "$head" = "$(git rev-parse "$base^{commit}")" ] || { echo "head-not-at-base ${head:-none}"; exit 0; }
-future=$(git rev-list -n 1 --all --not "$base" --)
+head=$(git rev-parse -q --verify "HEAD^{commit}" 2>/dev/null) || { echo "no-head"; exit 0; }
+echo "head $head"
+git merge-base --is-ancestor "$base" "$head" || { echo "not-descendant"; exit 0; }
+git log --format='commit %H %s' -n 50 "$base..$head" --
+git -c core.quotePath=true diff --no-ext-diff --no-renames --name-only "$base" "$head" -- \
+  | head -n 20001 | sed "s/^/file /"
+future=$(git rev-list -n 1 --all --not "$head" --)
 reflogs=$(git reflog --all --format=%H 2>/dev/null | head -n 1)
 unreachable=$(git prune --dry-run --expire=now | head -n 1)
 if [ -z "$future" ] && [ -z "$reflogs" ] && [ -z "$unreachable" ]; then echo "sealed"; exit 0; fi
 git for-each-ref --format='%(refname)' | while read -r ref; do
-  git merge-base --is-ancestor "$ref" "$base" 2>/dev/null || git update-ref -d "$ref"
+  git merge-base --is-ancestor "$ref" "$head" 2>/dev/null || git update-ref -d "$ref"
 done
 git reflog expire --expire=now --all
 git -c gc.auto=0 gc --prune=now --quiet
@@ -48,30 +57,85 @@ echo "cleaned"
 """
 
 
-async def seal_repository(sandbox: Sandbox[Any], workdir: str, base_commit: str) -> str:
-    """Make sure the repository at ``workdir`` holds nothing after ``base_commit``: "sealed" or "cleaned".
+_MAX_FILES = 20000
 
-    Raises :class:`InfraError` when it cannot: the repository is missing, lacks the base commit, or
-    is checked out elsewhere. The sandbox then is not the task's (a wrong image for the instance),
-    and an agent there could see code of another commit or make a patch that cannot be graded.
+
+@dataclass(frozen=True)
+class Seal:
+    """What the seal check found in a sandbox's repository before its agent started."""
+
+    #: "sealed" (nothing after the starting point) or "cleaned" (removed from this sandbox's overlay).
+    finding: str
+    #: The starting point: the commit HEAD is at (the image's setup commit, or the base commit).
+    head: str
+    #: The commits from the base commit (excluded) to HEAD, newest first, as "<sha> <subject>".
+    commits: tuple[str, ...] = ()
+    #: The files those commits change.
+    files: tuple[str, ...] = ()
+    files_truncated: bool = False
+
+
+def parse_seal(stdout: str, workdir: str, base_commit: str) -> Seal:
+    """The seal script's output as a :class:`Seal`; a repository that is not the task's is :class:`WrongImage`."""
+    lines = stdout.splitlines()
+    items: dict[str, list[str]] = {"head": [], "commit": [], "file": []}
+    finding, detail = "", ""
+    for line in lines:
+        word, _, rest = line.partition(" ")
+        if word in items:
+            items[word].append(rest)
+        else:
+            finding, detail = word, rest
+    head = items["head"][0] if items["head"] else ""
+    if finding == "no-repository":
+        raise WrongImage(
+            f"no repository at {workdir} holds the task's base commit {base_commit} ({detail}): "
+            "the sandbox's image is not this instance's, so its agent does not start"
+        )
+    if finding == "no-head":
+        raise WrongImage(f"the repository at {workdir} has no commit checked out: the image is not this instance's")
+    if finding == "not-descendant":
+        raise WrongImage(
+            f"the repository at {workdir} is checked out at {head}, which does not descend from the task's base "
+            f"commit {base_commit}: the sandbox's image is not this instance's, so its agent does not start"
+        )
+    if finding not in ("sealed", "cleaned") or not head:
+        raise InfraError(f"sealing the repository in {workdir} said {stdout[-300:]!r}")
+    files = items["file"]
+    return Seal(finding, head, tuple(items["commit"]), tuple(files[:_MAX_FILES]), len(files) > _MAX_FILES)
+
+
+def check_starting_point(seal: Seal, base_commit: str, forbidden: set[str], workdir: str = "/testbed") -> None:
+    """Refuse a repository whose commits after the base touch a file the reference or test patch touches.
+
+    Such commits (an image's setup commit editing a tracked file, say) would give the agent part of
+    the answer, or change what the tests see: the image is not this instance's. ``forbidden`` is
+    computed on the host from the patches, which never enter the sandbox.
+    """
+    if seal.head == base_commit or not seal.commits:
+        return
+    clash = sorted(forbidden & set(seal.files))
+    if clash or (seal.files_truncated and forbidden):
+        commits = "; ".join(seal.commits[:5]) + (" ..." if len(seal.commits) > 5 else "")
+        files = ", ".join(clash[:10]) if clash else "more than 20000 files, not all checked"
+        raise WrongImage(
+            f"the repository at {workdir} is at {seal.head}, {len(seal.commits)} commit(s) after the task's base "
+            f"commit {base_commit} ({commits}), and they change files the reference or test patch touches "
+            f"({files}): the sandbox's image is not this instance's, so its agent does not start"
+        )
+
+
+async def seal_repository(sandbox: Sandbox[Any], workdir: str, base_commit: str) -> Seal:
+    """Make sure the repository at ``workdir`` holds nothing after its starting point (HEAD).
+
+    Raises :class:`WrongImage` when the repository is missing, lacks the base commit, or HEAD does
+    not descend from it: the sandbox then is not the task's, and an agent there could see code of
+    another commit or make a patch that cannot be graded.
     """
     r = await sandbox.exec(["bash", "-c", _SEAL, "seal", base_commit], workdir=workdir, timeout=900)
     if r.exit_code != 0:
         raise InfraError(f"sealing the repository in {workdir} failed (exit {r.exit_code}): {r.stderr[-500:]}")
-    finding, _, detail = (r.stdout.strip().splitlines() or [""])[-1].partition(" ")
-    if finding == "no-repository":
-        raise InfraError(
-            f"no repository at {workdir} holds the task's base commit {base_commit} ({detail}): "
-            "the sandbox's image is not this instance's, so its agent does not start"
-        )
-    if finding == "head-not-at-base":
-        raise InfraError(
-            f"the repository at {workdir} is checked out at {detail}, not at the task's base commit "
-            f"{base_commit}: the sandbox's image is not this instance's, so its agent does not start"
-        )
-    if finding not in ("sealed", "cleaned"):
-        raise InfraError(f"sealing the repository in {workdir} said {r.stdout[-300:]!r}: {r.stderr[-300:]}")
-    return finding
+    return parse_seal(r.stdout, workdir, base_commit)
 
 
 class SealedImages:
@@ -82,31 +146,38 @@ class SealedImages:
     """
 
     def __init__(self) -> None:
-        self._sealed: set[Hashable] = set()
+        self._sealed: dict[Hashable, Seal] = {}
         self._unsealed: set[Hashable] = set()
         # A lock belongs to one event loop; a worker used from successive loops (Jupyter) gets new ones.
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Hashable, asyncio.Lock]] = (
             weakref.WeakKeyDictionary()
         )
 
-    async def check(self, key: Hashable | None, check: Callable[[], Awaitable[str]]) -> str:
-        """``check()``'s finding, or "sealed" if ``key`` (None: not cacheable) was found sealed before."""
+    async def check(self, key: Hashable | None, check: Callable[[], Awaitable[Seal]]) -> Seal:
+        """``check()``'s finding, or the earlier one if ``key`` (None: not cacheable) was found sealed before.
+
+        A sealed image's finding (its HEAD, the commits after the base) is a fact of the image, so
+        it is the same for every sandbox of it.
+        """
         if key is None or key in self._unsealed:
             return await check()
         if key in self._sealed:
-            return "sealed"
+            return self._sealed[key]
         locks = self._locks.setdefault(asyncio.get_running_loop(), {})
         async with locks.setdefault(key, asyncio.Lock()):
             if key in self._sealed:
-                return "sealed"
+                return self._sealed[key]
             if key not in self._unsealed:
                 try:
                     found = await check()
                 except BaseException:
-                    # A check that failed (a killed sandbox, a timeout) tells nothing about the image;
+                    # A check that failed (a killed sandbox, a timeout, a wrong image) is not cached;
                     # the others check for themselves, at once rather than one after another.
                     self._unsealed.add(key)
                     raise
-                (self._sealed if found == "sealed" else self._unsealed).add(key)
+                if found.finding == "sealed":
+                    self._sealed[key] = found
+                else:
+                    self._unsealed.add(key)
                 return found
         return await check()

@@ -31,16 +31,18 @@ from typing import TYPE_CHECKING, Any
 from anyswe._threads import in_thread
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import GradingError, InfraError
-from anyswe.execute.seal import SealedImages, seal_repository
+from anyswe.execute.seal import SealedImages, check_starting_point, seal_repository
 from anyswe.execute.unit import TaskOutput
 from anyswe.grading import get_harness
 from anyswe.grading.ladder import empty_patch_verdict, grade_patch
+from anyswe.grading.swebench import touched_files
 from anyswe.results.schema import TIME_FIELDS, TaskResult
 from anyswe.sandbox import SandboxRequest
 from anyswe.sandbox.provider import Provenance
 
 if TYPE_CHECKING:
     from anyswe.agents import Agent
+    from anyswe.datasets.instance import Instance
     from anyswe.execute.unit import WorkUnit
     from anyswe.execute.worker import Worker
     from anyswe.grading import Harness, Verdict
@@ -66,6 +68,7 @@ class _Trace:
     times: dict[str, float] = field(default_factory=dict)
     error_kind: str | None = None
     error: str | None = None
+    error_permanent: bool = False
     log_lines: list[str] = field(default_factory=list)
 
     async def timed(self, name: str, phase: Any) -> Any:
@@ -95,18 +98,25 @@ def mask_sample(*, error_kind: str | None, agent_timed_out: bool, resolved: bool
 # -- phases ---------------------------------------------------------------------------------------
 
 
-async def capture_patch(sandbox: Sandbox[Any], workdir: str, base_commit: str, excludes: tuple[str, ...] = ()) -> str:
-    """Everything the agent changed, new files included, as a binary git diff against the base commit.
+# Whatever the image's or the agent's git config says (color, no prefixes, less context, an
+# external diff or a textconv), the patch is in the one form `git apply` takes.
+_CAPTURE = (
+    'git add -A "${@:2}" && git -c color.ui=never -c diff.noprefix=false -c core.quotePath=false '
+    'diff --cached --binary --no-color --no-ext-diff --no-textconv --src-prefix=a/ --dst-prefix=b/ -U3 "$1"'
+)
 
-    Against ``base_commit`` rather than HEAD, so an agent that commits its work is still captured.
+
+async def capture_patch(sandbox: Sandbox[Any], workdir: str, start: str, excludes: tuple[str, ...] = ()) -> str:
+    """Everything the agent changed, new files included, as a binary git diff against ``start``.
+
+    ``start`` is the commit the repository was at when the agent began (the image's setup commit
+    in a SWE-bench image), not HEAD, so an agent that commits its work is still captured, and not
+    the base commit, whose diff would carry the reverse of the image's setup edits. The grader
+    applies it to a fresh sandbox of the same image, which has those edits already.
     ``excludes``: paths the agent wrote for itself (its state, its logs), not part of its fix.
     """
     pathspec = ["--", ".", *(f":(exclude){p}" for p in excludes)] if excludes else []
-    r = await sandbox.exec(
-        ["bash", "-c", 'git add -A "${@:2}" && git diff --cached --binary "$1"', "capture", base_commit, *pathspec],
-        workdir=workdir,
-        timeout=300,
-    )
+    r = await sandbox.exec(["bash", "-c", _CAPTURE, "capture", start, *pathspec], workdir=workdir, timeout=300)
     if r.exit_code != 0:
         raise InfraError(f"patch capture failed (exit {r.exit_code}): {r.stderr.strip()[-500:]}")
     return r.stdout
@@ -149,18 +159,22 @@ async def work(
         state_dir=state_dir,
         log_lines=trace.log_lines,
     )
-    check = functools.partial(seal_repository, sandbox, harness.workdir, unit.instance.base_commit)
-    found = await seals.check(image_key, check)
-    if found != "sealed":
-        trace.log_lines.append(f"repository before the agent: {found}")
+    base = unit.instance.base_commit
+    check = functools.partial(seal_repository, sandbox, harness.workdir, base)
+    seal = await seals.check(image_key, check)
+    if seal.finding != "sealed":
+        trace.log_lines.append(f"repository before the agent: {seal.finding}")
+    # Computed here, on the host: neither patch ever enters the agent's sandbox.
+    check_starting_point(seal, base, forbidden_files(unit.instance), harness.workdir)
+    if seal.head != base:
+        trace.log_lines.append(f"starting point: {seal.head}, {len(seal.commits)} commit(s) after the base {base}")
     run = await trace.timed("time_agent", run_agent(agent, ctx, unit.agent_timeout))
     # A sandbox killed under the agent makes its failure (or its submission) no result of its own.
     await sandbox.check_alive("the agent's work", settle=2 if run.error or run.timed_out else 0)
     patch = run.outcome.submitted_patch
     if patch is None:
         patch = await trace.timed(
-            "time_patch_capture",
-            capture_patch(sandbox, harness.workdir, unit.instance.base_commit, agent.capture_excludes),
+            "time_patch_capture", capture_patch(sandbox, harness.workdir, seal.head, agent.capture_excludes)
         )
     return run, patch
 
@@ -188,6 +202,11 @@ def _stopped_on_failure(sandbox: Sandbox[Any], cleanup: Callable[[], None] | Non
         # run's sweep waits for (and a cancellation cannot interrupt).
         sandbox.provider.stop_later(sandbox, cleanup)
         raise
+
+
+def forbidden_files(instance: Instance) -> set[str]:
+    """The files the reference and the test patch touch: commits after the base must leave them alone."""
+    return touched_files(instance.patch or "") | touched_files(instance.test_patch or "")
 
 
 def _image_key(sandbox: Sandbox[Any], workdir: str, base: str) -> Hashable | None:
@@ -243,6 +262,7 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
         verdict = await trace.timed("time_grading", grade(unit, provider, image, harness, patch))
     except InfraError as exc:
         trace.error_kind, trace.error = "infra", f"{type(exc).__name__}: {exc}"
+        trace.error_permanent = exc.permanent
     except GradingError as exc:
         trace.error_kind, trace.error = "grading", f"{type(exc).__name__}: {exc}"
     except Exception:  # a bug in anyswe must not stop the other tasks; the task runs again next time
@@ -323,6 +343,7 @@ def classify(
         "trajectory_path": outcome.trajectory_path,
         "error_kind": error_kind,
         "error": error,
+        "error_permanent": trace.error_permanent and error_kind == "infra",
         "mask_sample": mask_sample(
             error_kind=error_kind, agent_timed_out=timed_out, resolved=resolved, exit_reason=outcome.exit_reason
         ),

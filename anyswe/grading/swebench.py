@@ -11,6 +11,7 @@ Its version is checked before first use: grading a SWE-bench instance with anoth
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import tempfile
 from functools import cache
@@ -285,4 +286,29 @@ def patch_targets(patch: str) -> list[str]:
     for f in PatchSet(patch):
         if f.target_file != "/dev/null" and f.target_file.startswith("b/"):
             out.append(f.target_file[2:])
+    return out
+
+
+def touched_files(patch: str) -> set[str]:
+    """Every path a diff reads or writes (old and new names of a rename, added and deleted files).
+
+    By unidiff, as swebench reads diffs; a diff unidiff cannot parse falls back to its
+    ``diff --git a/X b/Y`` headers, so a strange patch never yields an empty set by accident.
+    """
+    if not patch.strip():
+        return set()
+    _swebench()
+    from unidiff import PatchSet  # type: ignore[attr-defined]
+    from unidiff.errors import UnidiffParseError
+
+    out: set[str] = set()
+    try:
+        for f in PatchSet(patch):
+            for name in (f.source_file, f.target_file):
+                if name and name != "/dev/null":
+                    out.add(name[2:] if name[:2] in ("a/", "b/") else name)
+    except UnidiffParseError:
+        pass
+    for m in re.finditer(r"^diff --git a/(\S+) b/(\S+)$", patch, re.MULTILINE):
+        out.update(m.groups())
     return out

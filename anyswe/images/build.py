@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from anyswe import _proc
 from anyswe._threads import in_thread
 from anyswe.config import cache_dir
-from anyswe.errors import ImageBuildError, ImageNotFound
+from anyswe.errors import ImageBuildError, ImageNotFound, SandboxError
 
 if TYPE_CHECKING:
     from python_on_whales import DockerClient
@@ -67,13 +67,15 @@ async def _build_lock(key: str) -> AsyncIterator[None]:
 
 async def image_id(image: str) -> str:
     """The docker image id of ``image``, or :class:`ImageNotFound`."""
-    from python_on_whales.exceptions import DockerException
+    from python_on_whales.exceptions import DockerException, NoSuchImage
 
     try:
         return str((await asyncio.to_thread(_docker().image.inspect, image)).id)
     except DockerException as exc:
-        raise ImageNotFound(
-            f"docker image {image!r} not found locally",
+        # A daemon that does not answer is no missing image (ImageNotFound is permanent, never retried).
+        missing = isinstance(exc, NoSuchImage)
+        raise (ImageNotFound if missing else SandboxError)(
+            f"docker image {image!r} not found locally" if missing else f"docker could not inspect image {image!r}",
             argv=exc.docker_command,
             exit_code=exc.return_code,
             stderr=exc.stderr,

@@ -20,7 +20,7 @@ from anyswe.errors import ResultsError
 if TYPE_CHECKING:
     import polars as pl
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 ErrorKind = Literal["infra", "agent", "grading", "internal"]
 #: Error kinds after which a task runs again on the next apply: the task itself never failed.
@@ -35,7 +35,7 @@ class TaskResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[3] = 3
+    schema_version: Literal[4] = 4
     # -- identity: which task, which attempt --------------------------------------------------------
     key: str
     cell: str
@@ -88,6 +88,11 @@ class TaskResult(BaseModel):
     # -- errors and masking ---------------------------------------------------------------------------
     error_kind: ErrorKind | None = None
     error: str | None = None
+    error_permanent: bool = Field(
+        default=False,
+        description="An infra error no attempt can change (a missing image, an image that is not the instance's): "
+        "reported at once instead of retried. False for a transient one (retried) and for rows without an error.",
+    )
     mask_sample: bool = False
     # -- timings (seconds) ----------------------------------------------------------------------------
     time_image: float | None = None
@@ -114,7 +119,7 @@ def _migrate_v1(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _migrate_v2(row: dict[str, Any]) -> dict[str, Any]:
-    """Schema 2: no provenance fields yet (they stay unknown)."""
+    """Schema 2: no provenance fields yet (they stay unknown); schema 3: every infra error was transient."""
     return {**row, "schema_version": SCHEMA_VERSION}
 
 
@@ -125,7 +130,7 @@ def parse_row(row: Any, where: str) -> TaskResult:
     version = row.get("schema_version", 1)
     if version == 1:
         row = _migrate_v1(row)
-    elif version == 2:
+    elif version in (2, 3):
         row = _migrate_v2(row)
     elif version != SCHEMA_VERSION:
         raise ResultsError(

@@ -125,15 +125,19 @@ def test_agent_timeout_is_masked_and_still_graded(runtimes: None, tmp_path: Path
     assert "# touched" in row["model_patch"] and row["patch_applied"] and not row["resolved"]
 
 
-def test_infra_error_is_masked_and_retried(runtimes: None, tmp_path: Path) -> None:
-    """Retried within the run up to retries.max_attempts, and again by the next apply."""
+def test_a_missing_image_is_masked_reported_at_once_and_tried_again_by_the_next_apply(
+    runtimes: None, tmp_path: Path
+) -> None:
+    """A permanent infra error: no attempt within the apply changes it (transient ones are retried
+    within it: test_faults), but the next apply tries again, since the image may have been made since."""
     p = spec(tmp_path, "agents:\n  g: {type: gold}\nretries: {max_attempts: 2, backoff: 0.1}\n")
     over = ["dataset.instance_ids=[demo__stack-8]", "providers.docker.image=anyswe/missing:{instance_id_docker}"]
     exp = Experiment.load(p, overrides=over, run_dir=tmp_path / "run")
     summary = exp.run(progress=False)
-    assert (summary.ran, summary.errors) == (1, 1)
+    assert (summary.ran, summary.errors, summary.permanent) == (1, 1, 1)
     row = exp.results().to_dicts()[0]
     assert row["error_kind"] == "infra" and row["mask_sample"] and "ImageNotFound" in row["error"]
+    assert row["error_permanent"]
     exp.run(progress=False)
     lines = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
-    assert [json.loads(x)["attempt"] for x in lines] == [1, 2, 3, 4]
+    assert [json.loads(x)["attempt"] for x in lines] == [1, 2]

@@ -143,9 +143,13 @@ def test_an_image_with_the_repositorys_future_is_sealed_before_the_agent(runtime
         docker.image.remove(leaky, force=True)
 
 
-def test_an_image_not_at_the_base_commit_never_runs_the_agent(runtimes: None, tmp_path: Path) -> None:
-    """A repository checked out past the base (the fix in it), or none holding the base: the sandbox
-    is not the task's, so the task is an infra error naming what was found, and no agent ran."""
+def test_an_image_that_is_not_the_instances_never_runs_the_agent_and_is_not_retried(
+    runtimes: None, tmp_path: Path
+) -> None:
+    """A repository whose commits after the base edit the file the fix goes in, one whose HEAD does not
+    descend from the base, none holding the base, no image at all: the sandbox is not the task's, so
+    the task is a permanent infra error naming what was found, no agent ran, and with three attempts
+    allowed it is tried once (no attempt can change it)."""
     import asyncio
     import uuid
 
@@ -158,11 +162,16 @@ def test_an_image_not_at_the_base_commit_never_runs_the_agent(runtimes: None, tm
     dockerfile, tag = demo.build_context("demo__inventory-4", base_image())
     asyncio.run(build_docker_image(dockerfile, tag))
     suffix = uuid.uuid4().hex[:8]
+    git = "git -c user.name=f -c user.email=f@f"
     images = {
+        # A setup commit that puts the fix in: inventory.py is the file the reference patch touches.
         "ahead": (
             f"anyswe-test/ahead:{suffix}",
-            "RUN cd /testbed && echo 'class Inventory: fixed' > fix.py && git add fix.py"
-            " && git -c user.name=f -c user.email=f@f commit -q -m fix",
+            f"RUN cd /testbed && echo '# fixed' >> inventory.py && {git} commit -q -am setup",
+        ),
+        "elsewhere": (
+            f"anyswe-test/elsewhere:{suffix}",
+            f"RUN cd /testbed && git checkout -q --orphan other && {git} commit -q -m unrelated",
         ),
         "nogit": (f"anyswe-test/nogit:{suffix}", "RUN rm -rf /testbed/.git"),
     }
@@ -172,23 +181,85 @@ def test_an_image_not_at_the_base_commit_never_runs_the_agent(runtimes: None, tm
         asyncio.run(build_docker_image(tmp_path / name / "Dockerfile", image))
     spec = tmp_path / "spec.yaml"
     providers = "".join(f"  {n}: {{type: docker, image: '{image}'}}\n" for n, (image, _) in images.items())
+    providers += f"  missing: {{type: docker, image: 'anyswe-test/never-built:{suffix}'}}\n"
     spec.write_text(
         "name: unsealable\ndataset: {name: demo, instance_ids: [demo__inventory-4]}\n"
-        "retries: {max_attempts: 1}\nagents:\n  p: {type: probe}\n" + f"providers:\n{providers}"
+        "retries: {max_attempts: 3, backoff: 0}\nagents:\n  p: {type: probe}\n" + f"providers:\n{providers}"
     )
     try:
         exp = Experiment.load(spec, run_dir=tmp_path / "run")
-        exp.run(progress=False)
+        summary = exp.run(progress=False)
+        from anyswe.results.store import read_results
+
+        attempts = read_results(exp.run_dir / "results.jsonl")  # every attempt's row, not just the latest
+        assert len(attempts) == 4 and summary.ran == 4, attempts  # one attempt each: none was retried
+        assert "4 infra (4 permanent" in str(summary), str(summary)
         rows = {r["provider"]: r for r in exp.results().iter_rows(named=True)}
         base = load_dataset("demo").by_id()["demo__inventory-4"].base_commit
-        assert rows["ahead"]["error_kind"] == "infra", rows["ahead"]
-        assert f"not at the task's base commit {base}" in rows["ahead"]["error"]
-        assert rows["nogit"]["error_kind"] == "infra", rows["nogit"]
+        assert "change files the reference or test patch touches (inventory.py)" in rows["ahead"]["error"]
+        assert f"commit(s) after the task's base commit {base}" in rows["ahead"]["error"]
+        assert f"does not descend from the task's base commit {base}" in rows["elsewhere"]["error"]
         assert f"no repository at /testbed holds the task's base commit {base}" in rows["nogit"]["error"]
+        assert "is not available locally" in rows["missing"]["error"]
         for row in rows.values():
+            assert row["error_kind"] == "infra" and row["error_permanent"] and row["attempt"] == 1, row
             assert not row["resolved"] and row["mask_sample"] and not row["time_agent"], row
             log = exp.run_dir / "tasks" / row["key"] / "agent.log"
             assert not log.exists() or '"commits"' not in log.read_text(), "the probe agent ran"
     finally:
         for image, _ in images.values():
             docker.image.remove(image, force=True)
+
+
+class MeddlerConfig(AgentConfig):
+    type: Literal["meddler"] = "meddler"
+
+
+class MeddlerAgent(Agent):
+    """Writes the fix, commits part of it, and sets every git option that changes how a diff looks."""
+
+    name: ClassVar[str] = "meddler"
+    config_class = MeddlerConfig
+    needs_model = False
+    needs_reference = True
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        assert ctx.reference_patch is not None
+        await ctx.sandbox.write_file("/tmp/fix.diff", ctx.reference_patch.encode())
+        steps = [
+            "git apply /tmp/fix.diff && rm /tmp/fix.diff",
+            # Its own work committed: the capture is against the starting point, not HEAD.
+            "git -c user.name=a -c user.email=a@a commit -q -am 'my fix'",
+            "git config --global color.ui always && git config --global diff.noprefix true",
+            "git config diff.context 0 && git config diff.mnemonicPrefix true && git config diff.external /bin/false",
+            "echo '*.py diff=shout' >> .git/info/attributes && git config diff.shout.textconv 'tr a-z A-Z <'",
+        ]
+        for step in steps:
+            r = await ctx.sandbox.exec(["bash", "-c", step], workdir=ctx.workdir)
+            ctx.log(f"$ {step}\n(exit {r.exit_code}) {r.stderr}")
+        return AgentOutcome()
+
+
+register_agent("meddler", f"{__name__}:MeddlerAgent")
+
+
+def test_the_agents_git_config_cannot_change_the_captured_patch(runtimes: None, tmp_path: Path) -> None:
+    """Colour, no prefixes, no context, an external diff and a textconv, and a commit of its own: the
+    captured patch is still the plain diff from the starting point, and it resolves."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: meddle\ndataset: {name: demo-swebench, instance_ids: [demo__inventory-4]}\n"
+        "agents:\n  m: {type: meddler}\n"
+        "providers:\n  docker: {type: docker}\n  apptainer: {type: apptainer, overlay_size_mb: 256}\n"
+    )
+    exp = Experiment.load(spec, run_dir=tmp_path / "run")
+    exp.run(progress=False)
+    rows = exp.results()
+    assert rows.height == 2 and rows["error_kind"].is_null().all(), rows
+    for row in rows.iter_rows(named=True):
+        assert row["resolved"] and row["applied_by"] == "git apply --verbose", row
+        patch = row["model_patch"]
+        assert "\x1b[" not in patch and "diff --git a/inventory.py b/inventory.py" in patch, patch
+        # The image's setup commit (its pre_install edit of setup.cfg) is the starting point, not the base.
+        log = (exp.run_dir / "tasks" / row["key"] / "agent.log").read_text()
+        assert "1 commit(s) after the base" in log and "setup.cfg" not in patch, log

@@ -41,8 +41,18 @@ def test_gold_resolves_and_noop_does_not_through_swebench(runtimes: None, tmp_pa
     script = (task / "eval.sh").read_text()
     # swebench's make_eval_script_list, not ours: conda activation and its heredoc delimiter.
     assert "source /opt/miniconda3/bin/activate" in script and "conda activate testbed" in script
+    # inventory's -rA lives in its setup.cfg, edited by its spec's pre_install and committed as the
+    # image's "SWE-bench" setup commit, as sphinx's lives in tox.ini: without that edit in force no
+    # test would be reported, and gold could not resolve.
     assert (
         "EOF_114329324912" in script
-        and "pytest -rA -p no:cacheprovider tests/test_inventory.py tests/test_limits.py" in script
+        and "pytest -p no:cacheprovider tests/test_inventory.py tests/test_limits.py" in script
     )
-    assert "+ : '>>>>> Start Test Output'" in (task / "test_output.txt").read_text()
+    log = (task / "test_output.txt").read_text()
+    assert "+ : '>>>>> Start Test Output'" in log
+    assert "PASSED tests/test_limits.py::test_stock_never_negative" in log
+    assert (
+        "    SWE-bench\n" in log and "-addopts = --strict-markers\n+addopts = -rA --strict-markers" in log
+    )  # git show
+    # The captured patch starts from the setup commit: it never carries the reverse of its edit.
+    assert "setup.cfg" not in (task / "patch.diff").read_text()

@@ -173,6 +173,10 @@ def test_replay_predictions_are_checked_at_plan_time(tmp_path: Path) -> None:
     (tmp_path / "rows.jsonl").write_text('{"instance_id": "demo__calc-1"}\n')
     with pytest.raises(PlanError, match="row 1 lacks instance_id or model_patch"):
         make_plan(load_spec(spec_from(tmp_path, base=text.replace("PREDS", "rows.jsonl"))))
+    # A model_patch that is not a diff (a list) is this file's error, found before anything runs.
+    (tmp_path / "list.jsonl").write_text('{"instance_id": "demo__calc-1", "model_patch": ["x"]}\n')
+    with pytest.raises(PlanError, match=r"list\.jsonl: row 1: model_patch must be a string \(a diff\), not a list"):
+        make_plan(load_spec(spec_from(tmp_path, base=text.replace("PREDS", "list.jsonl"))))
     (tmp_path / "latin1.jsonl").write_bytes(b'{"instance_id": "demo__calc-1", "model_patch": "caf\xe9"}\n')
     with pytest.raises(PlanError, match=r"latin1\.jsonl:1:52: not UTF-8 text \(byte 0xe9\)"):
         make_plan(load_spec(spec_from(tmp_path, base=text.replace("PREDS", "latin1.jsonl"))))

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from anyswe.execute.seal import SealedImages
+from anyswe.execute.seal import Seal, SealedImages
 from anyswe.execute.task import _image_key
 from anyswe.sandbox.request import Mount, SandboxRequest
 
@@ -17,34 +17,40 @@ class Checks:
     def __init__(self, finding: str = "sealed", fail: int = 0) -> None:
         self.finding, self.fail, self.runs = finding, fail, 0
 
-    async def __call__(self) -> str:
+    async def __call__(self) -> Seal:
         self.runs += 1
         await asyncio.sleep(0.01)
         if self.runs <= self.fail:
             raise RuntimeError("exec failed")
-        return self.finding
+        return Seal(self.finding, head=f"head-{self.runs}")
+
+
+def findings(seals: list[Seal]) -> list[str]:
+    return [s.finding for s in seals]
 
 
 def test_a_sealed_image_is_checked_once_even_by_sandboxes_starting_together() -> None:
     seals, check = SealedImages(), Checks("sealed")
 
-    async def go() -> list[str]:
+    async def go() -> list[Seal]:
         return await asyncio.gather(*(seals.check("img", check) for _ in range(6)))
 
-    assert asyncio.run(go()) == ["sealed"] * 6
+    found = asyncio.run(go())
+    # Every sandbox gets the one check's finding: HEAD (the starting point) is a fact of the image.
+    assert findings(found) == ["sealed"] * 6 and {s.head for s in found} == {"head-1"}
     assert check.runs == 1
     # Another event loop (the next run_sync in Jupyter) still knows it.
-    assert asyncio.run(seals.check("img", check)) == "sealed" and check.runs == 1
+    assert asyncio.run(seals.check("img", check)).head == "head-1" and check.runs == 1
 
 
 def test_an_unsealed_image_is_checked_and_cleaned_in_every_sandbox() -> None:
     seals, check = SealedImages(), Checks("cleaned")
 
-    async def go() -> list[str]:
+    async def go() -> list[Seal]:
         first = await asyncio.gather(*(seals.check("img", check) for _ in range(4)))
         return [*first, await seals.check("img", check)]
 
-    assert asyncio.run(go()) == ["cleaned"] * 5
+    assert findings(asyncio.run(go())) == ["cleaned"] * 5
     assert check.runs == 5
 
 
@@ -52,7 +58,7 @@ def test_no_key_means_no_memory_and_a_failed_check_lets_each_sandbox_check_for_i
     seals = SealedImages()
     check = Checks("sealed")
     for _ in range(3):
-        assert asyncio.run(seals.check(None, check)) == "sealed"
+        assert asyncio.run(seals.check(None, check)).finding == "sealed"
     assert check.runs == 3
 
     failing = Checks("sealed", fail=1)
@@ -63,20 +69,20 @@ def test_no_key_means_no_memory_and_a_failed_check_lets_each_sandbox_check_for_i
     found = asyncio.run(go())
     # A failed check says nothing about the image: it is never taken as sealed, and the waiters run
     # their own checks (at once, not one after another), as does every later sandbox.
-    assert isinstance(found[0], RuntimeError) and found[1:] == ["sealed", "sealed"]
+    assert isinstance(found[0], RuntimeError) and findings(found[1:]) == ["sealed", "sealed"]  # type: ignore[arg-type]
     assert failing.runs == 3
-    assert asyncio.run(seals.check("other", failing)) == "sealed" and failing.runs == 4
+    assert asyncio.run(seals.check("other", failing)).finding == "sealed" and failing.runs == 4
 
 
 def test_sandboxes_starting_together_in_a_later_event_loop_share_one_check() -> None:
     """Jupyter runs each run_sync in a new loop: the locks of the first one are not used there."""
     seals, check = SealedImages(), Checks("sealed")
 
-    async def together(key: str) -> list[str]:
+    async def together(key: str) -> list[Seal]:
         return await asyncio.gather(*(seals.check(key, check) for _ in range(3)))
 
-    assert asyncio.run(together("a")) == ["sealed"] * 3 and check.runs == 1
-    assert asyncio.run(together("b")) == ["sealed"] * 3 and check.runs == 2
+    assert findings(asyncio.run(together("a"))) == ["sealed"] * 3 and check.runs == 1
+    assert findings(asyncio.run(together("b"))) == ["sealed"] * 3 and check.runs == 2
 
 
 class _Sandbox:

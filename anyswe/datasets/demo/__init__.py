@@ -24,7 +24,7 @@ from anyswe.datasets.instance import Instance
 from anyswe.errors import DatasetError
 
 TASKS_DIR = Path(__file__).parent / "tasks"
-_FORMAT = "3"  # bump when the derivation below changes, to invalidate cached rows
+_FORMAT = "4"  # bump when the derivation below changes, to invalidate cached rows
 # Fixed identity and dates make the base commit hash a function of the files alone.
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "anyswe",
@@ -86,7 +86,7 @@ def materialize(task_dir: Path) -> tuple[Instance, Path]:
         if (task_dir / "sloppy").is_dir():
             extra["sloppy_patch"] = _overlay_diff(repo, task_dir / "sloppy")
         row = {
-            **{k: v for k, v in meta.items() if k != "traits"},
+            **{k: v for k, v in meta.items() if k not in ("traits", "swebench_spec")},
             "base_commit": base_commit,
             "patch": _overlay_diff(repo, task_dir / "fix"),
             "test_patch": _overlay_diff(repo, task_dir / "tests"),
@@ -122,21 +122,11 @@ def task_dirs() -> dict[str, Path]:
 
 #: Repos of the SWE-bench-shaped variant are prefixed so they never collide with swebench's own.
 SWE_PREFIX = "demo-swe/"
-#: The custom swebench spec each SWE-bench-shaped row carries (registered before grading).
+#: The custom swebench spec each SWE-bench-shaped row carries (registered before grading); a task's
+#: own ``swebench_spec`` in its task.json adds to it. Two tasks (calc, inventory) have a
+#: ``pre_install`` that edits a tracked file, as every sphinx spec's does (tox.ini): their -rA lives
+#: in the repository's pytest config, so the image's setup commit must be in force for a verdict.
 SWE_SPEC = {"test_cmd": "pytest -rA -p no:cacheprovider"}
-
-# Stands in for miniconda in SWE-bench images: swebench's eval script runs
-# `source /opt/miniconda3/bin/activate` and `conda activate testbed` under `set -u`.
-_ACTIVATE = """\
-# anyswe demo: a stand-in for miniconda's activate script
-conda() {
-    if [ "${1:-}" = activate ] && [ -n "${2:-}" ]; then
-        export CONDA_DEFAULT_ENV="$2"
-        export PATH="/opt/miniconda3/envs/$2/bin:$PATH"
-    fi
-}
-"""
-_PYTEST = '#!/bin/sh\nexec python3 -m pytest "$@"\n'
 
 
 def load(*, swebench_shaped: bool = False) -> list[Instance]:
@@ -146,10 +136,17 @@ def load(*, swebench_shaped: bool = False) -> list[Instance]:
         return rows
     return [
         Instance.model_validate(
-            {**r.model_dump(), "repo": SWE_PREFIX + r.repo.split("/", 1)[-1], "swebench_spec": SWE_SPEC}
+            {**r.model_dump(), "repo": SWE_PREFIX + r.repo.split("/", 1)[-1], "swebench_spec": swebench_spec(r)}
         )
         for r in rows
     ]
+
+
+def swebench_spec(instance: Instance) -> dict[str, Any]:
+    """The swebench spec (test_cmd, pre_install, ...) of a demo task's SWE-bench-shaped row."""
+    task_dir = task_dirs().get(instance.instance_id)
+    own = json.loads((task_dir / "task.json").read_text()).get("swebench_spec", {}) if task_dir else {}
+    return {**SWE_SPEC, **own}
 
 
 def rows(*, swebench_shaped: bool = False) -> list[dict[str, Any]]:
@@ -160,30 +157,32 @@ def rows(*, swebench_shaped: bool = False) -> list[dict[str, Any]]:
 def build_context(instance_id: str, base_image: str, *, swebench_shaped: bool = False) -> tuple[Path, str]:
     """A docker build context for the task image (base image + /testbed) and its content tag.
 
-    The SWE-bench-shaped variant adds a ``testbed`` environment activated the way swebench's eval
-    script expects, so it runs the very script swebench generates.
+    The SWE-bench-shaped variant is built the way swebench builds an instance image, by
+    :func:`anyswe.images.demo_swebench.demo_build_context`.
     """
+    if swebench_shaped:
+        from anyswe.images.demo_swebench import demo_build_context
+
+        return demo_build_context(instance_id, base_image)
     task_dir = task_dirs().get(instance_id)
     if task_dir is None:
         raise DatasetError(f"no demo task {instance_id!r}")
     _, out = materialize(task_dir)
-    dockerfile = f"FROM {base_image}\nCOPY testbed /testbed\n"
-    if swebench_shaped:
-        conda = out / "conda"
-        (conda / "bin").mkdir(parents=True, exist_ok=True)
-        (conda / "envs" / "testbed" / "bin").mkdir(parents=True, exist_ok=True)
-        (conda / "bin" / "activate").write_text(_ACTIVATE)
-        pytest_bin = conda / "envs" / "testbed" / "bin" / "pytest"
-        pytest_bin.write_text(_PYTEST)
-        pytest_bin.chmod(0o755)
-        dockerfile += "COPY conda /opt/miniconda3\n"
-    dockerfile += "WORKDIR /testbed\n"
-    name = ("swe-" if swebench_shaped else "") + instance_id.replace("__", "_1776_").lower()
-    docker_file = out / ("Dockerfile.swe" if swebench_shaped else "Dockerfile")
+    dockerfile = f"FROM {base_image}\nCOPY testbed /testbed\nWORKDIR /testbed\n"
+    docker_file = out / "Dockerfile"
     docker_file.write_text(dockerfile)
-    extra = _ACTIVATE + _PYTEST if swebench_shaped else ""
-    tag_hash = hashlib.sha256((out.name + "\0" + dockerfile + extra).encode()).hexdigest()[:12]
-    return docker_file, f"anyswe-demo/{name}:{tag_hash}"
+    tag_hash = hashlib.sha256((out.name + "\0" + dockerfile).encode()).hexdigest()[:12]
+    return docker_file, f"anyswe-demo/{instance_id.replace('__', '_1776_').lower()}:{tag_hash}"
+
+
+def swebench_instance(instance_id: str) -> tuple[Instance, Path]:
+    """A demo task's SWE-bench-shaped row, and the directory holding its ``testbed/`` repository."""
+    task_dir = task_dirs().get(instance_id)
+    if task_dir is None:
+        raise DatasetError(f"no demo task {instance_id!r}")
+    _, out = materialize(task_dir)
+    row = next(i for i in load(swebench_shaped=True) if i.instance_id == instance_id)
+    return row, out
 
 
 def scripts() -> dict[str, list[str]]:

@@ -1,0 +1,138 @@
+"""The starting point of a task: the commit the image's HEAD is at, judged against the instance.
+
+The repositories are real: sphinx at the base commit of a Verified instance (``../shared``), set up
+the way swebench 4.1.0's repo script sets up an official image (reset to the base, the spec's
+``pre_install`` edit of tox.ini, ``git commit --allow-empty -am SWE-bench``). Only the steps that
+need the network or an environment (the clone from GitHub, ``pip install -e .``) are left out; the
+seal script runs with bash and git on the host rather than in a sandbox.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from anyswe.datasets import load_dataset
+from anyswe.datasets.instance import Instance
+from anyswe.errors import InfraError, WrongImage
+from anyswe.execute.seal import _SEAL, Seal, check_starting_point, parse_seal
+from anyswe.execute.task import forbidden_files
+from tests.conftest import SHARED
+
+INSTANCE = "sphinx-doc__sphinx-10323"
+GIT = ["git", "-c", "user.name=SWE-bench", "-c", "user.email=setup@swebench.config"]
+
+
+def _row() -> Instance:
+    return load_dataset(path=SHARED / "swebench" / "verified.jsonl").by_id()[INSTANCE]
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run([*GIT, *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def instance() -> Instance:
+    return _row()
+
+
+@pytest.fixture
+def repo(tmp_path: Path, instance: Instance) -> Path:
+    """/testbed as swebench's repo script leaves it, before its setup commit."""
+    mirror = tmp_path / "sphinx.git"
+    shutil.copytree(SHARED / "swebench" / "repos" / "sphinx.git", mirror)
+    (mirror / "refs").mkdir(exist_ok=True)  # the shared copy lost git's empty refs/ directory
+    subprocess.run(["chmod", "-R", "u+w", str(mirror)], check=True)
+    testbed = tmp_path / "testbed"
+    subprocess.run(["git", "clone", "-q", "-o", "origin", str(mirror), str(testbed)], check=True)
+    _git(testbed, "reset", "-q", "--hard", instance.base_commit)
+    _git(testbed, "remote", "remove", "origin")
+    _git(testbed, "reflog", "expire", "--expire=now", "--all")
+    _git(testbed, "gc", "-q", "--prune=now")
+    return testbed
+
+
+def _setup_commit(repo: Path) -> str:
+    _git(repo, "commit", "-q", "--allow-empty", "-am", "SWE-bench")
+    return _git(repo, "rev-parse", "HEAD").strip()
+
+
+def _seal(repo: Path, base: str) -> Seal:
+    r = subprocess.run(["bash", "-c", _SEAL, "seal", base], cwd=repo, capture_output=True, text=True, check=True)
+    return parse_seal(r.stdout, "/testbed", base)
+
+
+def test_an_official_setup_commit_is_the_starting_point(repo: Path, instance: Instance) -> None:
+    # sphinx's pre_install in swebench 4.1.0's spec for 5.0.
+    tox = (repo / "tox.ini").read_text()
+    (repo / "tox.ini").write_text(tox.replace("pytest", "pytest -rA"))
+    head = _setup_commit(repo)
+    seal = _seal(repo, instance.base_commit)
+    assert seal.head == head != instance.base_commit
+    assert seal.files == ("tox.ini",) and len(seal.commits) == 1 and seal.commits[0].endswith(" SWE-bench")
+    assert "tox.ini" not in forbidden_files(instance)
+    check_starting_point(seal, instance.base_commit, forbidden_files(instance))  # accepted
+
+
+def test_an_empty_setup_commit_and_the_base_itself_are_accepted(repo: Path, instance: Instance) -> None:
+    at_base = _seal(repo, instance.base_commit)
+    assert at_base.head == instance.base_commit and at_base.commits == () and at_base.files == ()
+    _setup_commit(repo)
+    empty = _seal(repo, instance.base_commit)
+    assert empty.files == () and len(empty.commits) == 1
+    check_starting_point(empty, instance.base_commit, forbidden_files(instance))
+
+
+def test_a_setup_commit_touching_a_file_of_the_reference_patch_is_refused(repo: Path, instance: Instance) -> None:
+    fixed = sorted(forbidden_files(instance) - {"tests/test_directive_code.py"})
+    assert fixed, "the reference patch touches a file"
+    (repo / fixed[0]).write_text((repo / fixed[0]).read_text() + "\n# edited by the image's setup\n")
+    head = _setup_commit(repo)
+    seal = _seal(repo, instance.base_commit)
+    with pytest.raises(WrongImage) as err:
+        check_starting_point(seal, instance.base_commit, forbidden_files(instance))
+    assert err.value.permanent
+    message = str(err.value)
+    assert head in message and instance.base_commit in message and fixed[0] in message and "SWE-bench" in message
+
+
+def test_a_setup_commit_touching_a_test_file_is_refused(repo: Path, instance: Instance) -> None:
+    test_file = next(f for f in forbidden_files(instance) if f.startswith("tests/"))
+    (repo / test_file).write_text("# the image's own version of the tests\n")
+    _setup_commit(repo)
+    with pytest.raises(WrongImage, match=test_file):
+        check_starting_point(_seal(repo, instance.base_commit), instance.base_commit, forbidden_files(instance))
+
+
+def test_head_elsewhere_or_no_base_commit_is_a_wrong_image(repo: Path, instance: Instance) -> None:
+    # An unrelated history: HEAD does not descend from the base commit.
+    _git(repo, "checkout", "-q", "--orphan", "other")
+    _git(repo, "commit", "-q", "-m", "unrelated")
+    with pytest.raises(WrongImage, match="does not descend from the task's base commit") as err:
+        _seal(repo, instance.base_commit)
+    assert err.value.permanent
+    with pytest.raises(WrongImage, match="no repository at /testbed holds the task's base commit 0000"):
+        _seal(repo, "0" * 40)
+
+
+def test_later_history_is_sealed_against_the_starting_point(repo: Path, instance: Instance) -> None:
+    """A branch past the setup commit (the fix, say) is removed; the setup commit itself stays."""
+    head = _setup_commit(repo)
+    _git(repo, "checkout", "-q", "-b", "future")
+    (repo / "leak.txt").write_text("the fix\n")
+    _git(repo, "add", "leak.txt")
+    _git(repo, "commit", "-q", "-m", "future")
+    _git(repo, "checkout", "-q", "-")
+    seal = _seal(repo, instance.base_commit)
+    assert seal.finding == "cleaned" and seal.head == head
+    assert _git(repo, "rev-list", "--all").split() == _git(repo, "rev-list", "HEAD").split()
+    assert _seal(repo, instance.base_commit).finding == "sealed"
+
+
+def test_an_unparseable_finding_is_a_transient_infra_error() -> None:
+    with pytest.raises(InfraError) as err:
+        parse_seal("head abc\nsomething else\n", "/testbed", "base")
+    assert not err.value.permanent and not isinstance(err.value, WrongImage)
