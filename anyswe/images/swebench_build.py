@@ -246,7 +246,10 @@ async def _build(kind: str, tag: str, files: dict[str, str], dockerfile: str) ->
         for name, text in files.items():
             (context / name).write_text(text)
         (context / "Dockerfile").write_text(dockerfile.format(**fields))
-        await build_docker_image(context / "Dockerfile", tag, log=_log_path(tag), timeout=BUILD_TIMEOUT)
+        try:
+            await build_docker_image(context / "Dockerfile", tag, log=_log_path(tag), timeout=BUILD_TIMEOUT)
+        except ImageBuildError as exc:
+            raise ImageBuildError(f"{exc}\n(the whole {kind} build's output: {_log_path(tag)})") from None
     step.built, step.seconds = True, time.monotonic() - t0
     return step
 

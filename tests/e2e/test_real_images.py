@@ -251,3 +251,13 @@ def test_sphinx_runs_pytest_with_rA(instance_id: str, by_hand_runs: dict[str, An
     commands = [line for line in output.splitlines() if "commands[0]>" in line]  # tox's echo of what it runs
     assert commands and all("-m pytest -rA" in line for line in commands), commands
     assert "PASSED tests/" in re.sub(r"\x1b\[[0-9;]*m", "", output)  # the per-test lines -rA adds (colour stripped)
+
+
+def test_a_failing_build_step_shows_its_own_output(bullseye_image: str) -> None:
+    from anyswe.errors import ImageBuildError
+    from anyswe.images.swebench_build import _build
+
+    dockerfile = f"FROM {bullseye_image}\nRUN echo the-step-said-this && false\n"
+    with pytest.raises(ImageBuildError) as exc:
+        asyncio.run(_build("env", "anyswe/test-real-images-fail:latest", {}, dockerfile))
+    assert "the-step-said-this" in str(exc.value) and "the whole env build's output" in str(exc.value)
