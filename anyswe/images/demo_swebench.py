@@ -10,11 +10,12 @@ that clones it, so no sandbox sees it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
 
-from anyswe.images.swebench_build import _activate_script, _digest
+from anyswe.images.swebench_build import activate_script
 
 _DEMO_DOCKERFILE = """FROM {base_image}
 COPY activate /opt/miniconda3/bin/activate
@@ -51,9 +52,10 @@ def demo_build_context(instance_id: str, base_image: str) -> tuple[Path, str]:
     pytest_bin.write_text(_DEMO_PYTEST)
     pytest_bin.chmod(0o755)
     shutil.copytree(out / "testbed", context / "source", symlinks=True)
-    (context / "activate").write_text(_activate_script())
+    (context / "activate").write_text(activate_script())
     (context / "setup_repo.sh").write_text(setup_repo)
     dockerfile = _DEMO_DOCKERFILE.format(base_image=base_image, name=name)
     (context / "Dockerfile").write_text(dockerfile)
-    tag_hash = _digest(out.name, dockerfile, setup_repo, _activate_script(), _DEMO_PYTEST)[:12]
-    return context / "Dockerfile", f"anyswe-demo/swe-{instance_id.replace('__', '_1776_').lower()}:{tag_hash}"
+    tag_hash = hashlib.sha256("\0".join([out.name, dockerfile, setup_repo, activate_script(), _DEMO_PYTEST]).encode())
+    tag_hash_hex = tag_hash.hexdigest()[:12]
+    return context / "Dockerfile", f"anyswe-demo/swe-{instance_id.replace('__', '_1776_').lower()}:{tag_hash_hex}"

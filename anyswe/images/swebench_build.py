@@ -198,13 +198,13 @@ def _digest(*parts: str) -> str:
     return h.hexdigest()
 
 
-def _activate_script() -> str:
+def activate_script() -> str:
     return _file("activate").replace("@TOOLS@", " ".join(CONDA_LIKE_TOOLS))
 
 
 def base_tag(debian: str) -> str:
     """``anyswe/sweb.base.py.x86_64.<debian>-<hash>:latest``; the hash covers the base recipe."""
-    h = _digest(_file("base.Dockerfile"), _activate_script(), _file("conda"), debian)[:10]
+    h = _digest(_file("base.Dockerfile"), activate_script(), _file("conda"), debian)[:10]
     return f"anyswe/sweb.base.py.x86_64.{debian}-{h}:latest"
 
 
@@ -262,7 +262,7 @@ async def build_base_image(debian: str) -> Step:
             f"{debian_image} is not present: build it with `bash scripts/provision.sh "
             f"{'image' if debian == 'bookworm' else 'image-' + debian}`"
         )
-    files = {"activate": _activate_script(), "conda": _file("conda")}
+    files = {"activate": activate_script(), "conda": _file("conda")}
     dockerfile = _file("base.Dockerfile").replace("{debian_image}", debian_image)
     return await _build("base", base_tag(debian), files, dockerfile)
 

@@ -21,8 +21,10 @@ missing, and skip elsewhere. Select the tier with ``-m real_images``.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +36,8 @@ import pytest
 
 from anyswe.datasets.instance import Instance
 from anyswe.grading import swebench as sb
+from anyswe.results.schema import TaskResult
+from anyswe.results.store import read_results
 
 pytestmark = [pytest.mark.containers, pytest.mark.real_images]
 
@@ -261,3 +265,115 @@ def test_a_failing_build_step_shows_its_own_output(bullseye_image: str) -> None:
     with pytest.raises(ImageBuildError) as exc:
         asyncio.run(_build("env", "anyswe/test-real-images-fail:latest", {}, dockerfile))
     assert "the-step-said-this" in str(exc.value) and "the whole env build's output" in str(exc.value)
+
+
+# -- anyswe's own verdicts, through `anyswe apply`, on docker and apptainer ------------------------------
+
+ANYSWE = [sys.executable, "-m", "anyswe"]
+PROVIDERS = ("docker", "apptainer")
+#: One pytest and one sphinx instance for the agents: each agent on each runtime must resolve both.
+AGENT_IDS = ("pytest-dev__pytest-7490", "sphinx-doc__sphinx-10466")
+AGENTS_SPEC = """\
+name: real-images-agents
+dataset:
+  name: swe-bench-verified
+  path: {verified}
+  instance_ids: [{ids}]
+agents:
+  mini: {{type: mini-swe-agent, step_limit: 10}}
+  claude: {{type: claude-code, max_turns: 10}}
+models:
+  scripted: {{api: scripted, protocol: anthropic-messages}}
+providers:
+  docker: {{type: docker, image: "{image}", concurrency: 2, memory: 4g}}
+  apptainer: {{type: apptainer, image: "{image}", concurrency: 2, overlay_size_mb: 2048}}
+concurrency: 4
+retries: {{max_attempts: 1}}
+timeouts: {{agent: 600, grading: 1800}}
+"""
+
+
+def _apply(spec: Path, run_dir: Path) -> dict[tuple[str, str, str], TaskResult]:
+    """``anyswe apply`` as a user runs it; (agent, provider, instance_id) -> the row of its one attempt."""
+    r = subprocess.run(
+        [*ANYSWE, "apply", str(spec), "--out", str(run_dir)], capture_output=True, text=True, timeout=5400
+    )
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    rows = read_results(run_dir / "results.jsonl")
+    found = {(row.agent, row.provider, row.instance_id): row for row in rows}
+    assert len(found) == len(rows), "no task ran twice (the spec allows one attempt)"
+    return found
+
+
+@pytest.fixture(scope="session")
+def anyswe_gold_noop(
+    real_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[tuple[str, str, str], TaskResult]]:
+    """specs/real_images.yaml applied: gold and noop x docker and apptainer over the 7 images."""
+    run_dir = tmp_path_factory.mktemp("real-images") / "run"
+    return run_dir, _apply(SPEC, run_dir)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("instance_id", REAL_IDS)
+def test_anyswe_gold_equals_swebench_by_hand(
+    instance_id: str,
+    provider: str,
+    anyswe_gold_noop: Any,
+    by_hand_verdicts: dict[str, Any],
+    real_instances: dict[str, Instance],
+) -> None:
+    run_dir, rows = anyswe_gold_noop
+    row = rows["gold", provider, instance_id]
+    expected = by_hand_verdicts[instance_id]["gold"]
+    assert row.error_kind is None and not row.mask_sample, row.error
+    assert row.resolved is expected["resolved"]
+    report = json.loads((run_dir / "tasks" / row.key / "report.json").read_text())[instance_id]
+    assert report["tests_status"] == expected["tests_status"]
+    # Captured against the setup commit: the gold patch's files only, never the reverse of the setup edits.
+    assert sb.touched_files(row.model_patch) == sb.touched_files(real_instances[instance_id].patch)
+    assert row.applied_by == "git apply --verbose"
+    if instance_id.startswith("sphinx-doc__"):
+        log = (run_dir / "tasks" / row.key / "test_output.txt").read_text()
+        # The setup commit's tox.ini edit in force: tox's echo of its pytest command, and -rA's lines.
+        assert "-m pytest -rA" in log and "PASSED tests/" in re.sub(r"\x1b\[[0-9;]*m", "", log)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("instance_id", REAL_IDS)
+def test_anyswe_noop_equals_swebench_by_hand_and_its_patch_is_empty(
+    instance_id: str, provider: str, anyswe_gold_noop: Any, by_hand_verdicts: dict[str, Any]
+) -> None:
+    _, rows = anyswe_gold_noop
+    row = rows["noop", provider, instance_id]
+    assert row.error_kind is None and not row.mask_sample, row.error
+    assert row.model_patch == "" and not row.patch_exists
+    assert row.resolved is by_hand_verdicts[instance_id]["empty"]["resolved"] is False
+
+
+@pytest.fixture(scope="session")
+def anyswe_agents(
+    real_images: dict[str, str], shared_swebench: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, str, str], TaskResult]:
+    """mini-swe-agent and Claude Code with the scripted oracle on a pytest and a sphinx image, both runtimes."""
+    root = tmp_path_factory.mktemp("real-agents")
+    spec = root / "spec.yaml"
+    spec.write_text(
+        AGENTS_SPEC.format(
+            verified=shared_swebench / "verified.jsonl",
+            ids=", ".join(AGENT_IDS),
+            image="swebench/sweb.eval.x86_64.{instance_id_docker}:latest",
+        )
+    )
+    return _apply(spec, root / "run")
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("agent", ["mini", "claude"])
+@pytest.mark.parametrize("instance_id", AGENT_IDS)
+def test_agents_with_the_scripted_oracle_resolve_real_images(
+    instance_id: str, agent: str, provider: str, anyswe_agents: dict[tuple[str, str, str], TaskResult]
+) -> None:
+    row = anyswe_agents[agent, provider, instance_id]
+    assert row.error_kind is None and row.resolved and not row.mask_sample, (row.error, row.exit_reason)
+    assert row.model_calls >= 2 and "tox.ini" not in sb.touched_files(row.model_patch)
