@@ -8,11 +8,14 @@ link, reads only a regular file, and caps what it reads.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import os
 import re
 import stat
+import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
@@ -87,10 +90,11 @@ def read_task_file(root: Path, rel: str, *, limit: int = READ_LIMIT, tail: bool 
                 if exc.errno == errno.ELOOP:
                     raise Refused("it is a symbolic link") from None
                 raise
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                raise Refused(f"it is not a regular file (mode {stat.filemode(st.st_mode)})")
             with os.fdopen(fd, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                if not stat.S_ISREG(st.st_mode):
-                    raise Refused(f"it is not a regular file (mode {stat.filemode(st.st_mode)})")
                 if tail and st.st_size > limit:
                     fh.seek(st.st_size - limit)
                 data = fh.read(limit + 1)
@@ -113,3 +117,30 @@ def remove_task_file(root: Path, rel: str) -> None:
     parts = _parts(rel)
     with contextlib.suppress(FileNotFoundError, IsADirectoryError, Refused), _parent_fd(root, parts) as dfd:
         os.unlink(parts[-1], dir_fd=dfd)
+
+
+_parent: tuple[int, Path] | None = None
+_parent_lock = threading.Lock()
+
+
+def _remove_parent(parent: Path) -> None:
+    with contextlib.suppress(OSError):
+        parent.rmdir()  # only when empty: a task still being removed keeps it
+
+
+def task_state_dir() -> Path:
+    """A fresh host directory for one task's agent state, mounted into its sandbox.
+
+    Writable by anyone (the image's user may not be root), so it lives inside a 0700 directory of
+    this process: no other user of the host can reach it through the shared temp directory.
+    """
+    global _parent
+    with _parent_lock:
+        if _parent is None or _parent[0] != os.getpid() or not _parent[1].is_dir():
+            parent = Path(tempfile.mkdtemp(prefix=f"anyswe-state-{os.getpid()}-"))  # mkdtemp: 0700
+            _parent = (os.getpid(), parent)
+            atexit.register(_remove_parent, parent)
+        parent = _parent[1]
+    inner = Path(tempfile.mkdtemp(prefix="agent-", dir=parent))
+    os.chmod(inner, 0o777)
+    return inner
