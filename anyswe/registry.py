@@ -64,10 +64,13 @@ def _import(target: str, kind: str, error: type[AnysweError]) -> object:
         module, _, attr = target.rpartition(".")
     if not module or not attr:
         raise error(f"{kind} {target!r}: expected module:Class")
+    if not all(part.isidentifier() for part in (*module.split("."), attr)):
+        # `.x:Y` (relative: there is no package to be relative to), `a..b:C`, `a:B C`
+        raise error(f"{kind} {target!r}: expected module:Class, with an absolute dotted module path")
     try:
         mod = importlib.import_module(module)
-    except ImportError as exc:
-        raise error(f"{kind} {target!r}: cannot import {module!r}: {exc}") from None
+    except Exception as exc:  # ImportError, or the module's own code failing as it is imported
+        raise error(f"{kind} {target!r}: cannot import {module!r}: {type(exc).__name__}: {exc}") from None
     try:
         return getattr(mod, attr)
     except AttributeError:

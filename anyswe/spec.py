@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from anyswe._text import read_utf8
+from anyswe._yaml import read_yaml
 from anyswe.agents import AgentConfig, agent_class
-from anyswe.errors import SpecError
+from anyswe.errors import AnysweError, SpecError
 from anyswe.model import ModelSpec
 from anyswe.sandbox import ProviderConfig, provider_class
 
@@ -114,6 +114,18 @@ class GradingSpec(_Strict):
         description="Grading harness (a name or module:Class); default: the dataset's own; "
         "'auto' routes each instance.",
     )
+
+    @field_validator("harness")
+    @classmethod
+    def _loadable(cls, value: str | None) -> str | None:
+        from anyswe.grading import HARNESSES
+
+        if value is not None and value != "auto" and value not in HARNESSES:
+            try:
+                HARNESSES.load(value)  # a dotted path: it must name a Harness class
+            except AnysweError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
 
 class Spec(_Strict):
@@ -322,35 +334,12 @@ def _check_matrix_names(data: dict[str, Any], source: str) -> list[str]:
     return errors
 
 
-def _read_yaml(p: Path) -> Any:
-    """The YAML document of ``p`` (round-trip: line numbers kept); every error names file:line:col."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import MarkedYAMLError, YAMLError
-    from ruamel.yaml.reader import ReaderError
-
-    text = read_utf8(p, SpecError)
-    try:
-        return YAML(typ="rt").load(text)
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
-        raise SpecError(f"invalid YAML: {exc.problem}", location=where) from None
-    except ReaderError as exc:  # a character YAML does not allow (a NUL, a control character)
-        line = text.count("\n", 0, exc.position) + 1
-        col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
-        raise SpecError(
-            f"invalid YAML: character {exc.character:#06x} is not allowed", location=f"{p}:{line}:{col}"
-        ) from None
-    except YAMLError as exc:
-        raise SpecError(f"invalid YAML: {exc}", location=str(p)) from None
-
-
 def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Spec:
     """Load and validate a spec file; ``overrides`` are ``a.b=c`` strings applied before validation."""
     p = Path(path)
     if not p.is_file():
         raise SpecError(f"spec file not found: {p}")
-    data = _read_yaml(p)
+    data = read_yaml(p)
     if not isinstance(data, dict):
         raise SpecError("the spec must be a mapping of fields", location=str(p))
     applied: dict[tuple[Any, ...], str] = {}

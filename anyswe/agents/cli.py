@@ -150,6 +150,6 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 
 def private_file(path: Path, text: str) -> None:
     """Write a file only its owner may read (an agent's config holding the task's token)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
+from anyswe._files import read_task_file, remove_task_file
 from anyswe.agents.base import AgentContext, AgentOutcome, ExitReason
 from anyswe.agents.bundles import (
     BUNDLE_DIR,
@@ -110,12 +111,13 @@ class HermesAgent(CliAgent):
         return {"HERMES_HOME": f"{STATE_DIR}/hermes", "TMPDIR": f"{STATE_DIR}/tmp"}
 
     def outcome(self, ctx: AgentContext, result: ExecResult, state_dir: Path) -> AgentOutcome:
-        (state_dir / "hermes" / "config.yaml").unlink(missing_ok=True)  # the token goes with the task
+        remove_task_file(state_dir, "hermes/config.yaml")  # the token goes with the task
         text = result.stdout + "\n" + result.stderr
         outcome = AgentOutcome(artifacts={"hermes.txt": result.stdout})
-        errors = state_dir / "hermes" / "logs" / "errors.log"
-        if errors.is_file():
-            outcome.artifacts["hermes-errors.log"] = errors.read_text(errors="replace")[-200_000:]
+        # Written inside the sandbox: never followed through a link (it could point at the host's secrets).
+        errors = read_task_file(state_dir, "hermes/logs/errors.log", limit=200_000, tail=True)
+        if errors is not None:
+            outcome.artifacts["hermes-errors.log"] = errors
         outcome.exit_reason = classify(text, result.exit_code)
         return outcome
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
+from anyswe._files import remove_task_file
 from anyswe.agents.base import AgentConfig, AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleError, BundleRecipe, npm_ci
 from anyswe.agents.cli import CliAgent, CliAgentConfig, private_file
@@ -113,7 +114,7 @@ class OpenClawAgent(CliAgent):
         return {"TMPDIR": f"{STATE_DIR}/tmp", "NO_UPDATE_NOTIFIER": "1"}
 
     def outcome(self, ctx: AgentContext, result: ExecResult, state_dir: Path) -> AgentOutcome:
-        (state_dir / "openclaw.json5").unlink(missing_ok=True)  # the token goes with the task
+        remove_task_file(state_dir, "openclaw.json5")  # the token goes with the task
         envelope = _envelope(result.stdout)
         outcome = AgentOutcome(artifacts={"openclaw.json": result.stdout})
         if envelope is None:

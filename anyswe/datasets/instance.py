@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from anyswe._files import name_problem
+
 
 class Instance(BaseModel):
     """One row of a SWE-bench-style dataset (FAIL_TO_PASS/PASS_TO_PASS may be JSON strings, as on the hub)."""
@@ -25,6 +27,15 @@ class Instance(BaseModel):
     hints_text: str = ""
     created_at: str = ""
     environment_setup_commit: str = ""
+
+    @field_validator("instance_id")
+    @classmethod
+    def _one_path_component(cls, value: str) -> str:
+        # The id names the task's directory and files: `../` in it would write outside the run.
+        problem = name_problem(value)
+        if problem is not None:
+            raise ValueError(f"{value[:80]!r} {problem} (it names directories and files)")
+        return value
 
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod

@@ -28,6 +28,7 @@ from anyswe.execute.worker import Worker
 from anyswe.gateway import Gateway
 from anyswe.plan import Plan
 from anyswe.results.export import export_run
+from anyswe.results.schema import TaskResult
 from anyswe.results.store import RunStore
 
 
@@ -76,18 +77,29 @@ def pending_units(plan: Plan, store: RunStore, run_id: str) -> list[WorkUnit]:
     ]
 
 
-def record(store: RunStore, output: TaskOutput) -> None:
-    """Write a task's artefacts, then its result row (a row always has its files beside it).
+def record(store: RunStore, output: TaskOutput) -> TaskResult:
+    """Write a task's artefacts, then its result row (a row always has its files beside it); the row written.
 
     What one task produced cannot stop the run: if its artefacts or row cannot be written (text that
-    is not valid Unicode, say), the task is recorded as an internal error instead, retried next apply.
+    is not valid Unicode, say), the task is recorded as an internal error instead, retried next apply:
+    unresolved, reward 0 (its verdict has no files beside it), and counted as an error.
     """
     try:
         _write(store, output)
     except (OSError, UnicodeError, ValueError) as exc:
         failure = f"recording the task's results failed: {type(exc).__name__}: {exc}"
-        update = {"model_patch": "", "error_kind": "internal", "error": failure, "mask_sample": True}
-        store.append(output.result.model_copy(update=update))
+        update = {
+            "model_patch": "",
+            "error_kind": "internal",
+            "error": failure,
+            "mask_sample": True,
+            "resolved": False,
+            "reward": 0.0,
+        }
+        failed = output.result.model_copy(update=update)
+        store.append(failed)
+        return failed
+    return output.result
 
 
 def _write(store: RunStore, output: TaskOutput) -> None:
@@ -129,15 +141,16 @@ class _Driver:
         # finished task's row is written before the run stops (and before its store closes).
         writing = asyncio.ensure_future(self._record(output))
         try:
-            await asyncio.shield(writing)
+            recorded = await asyncio.shield(writing)
         except asyncio.CancelledError:
             await writing
             raise
-        return output
+        # The summary counts the row as written (one that could not be recorded is an error).
+        return dataclasses.replace(output, result=recorded)
 
-    async def _record(self, output: TaskOutput) -> None:
+    async def _record(self, output: TaskOutput) -> TaskResult:
         async with self._recording:
-            await asyncio.to_thread(record, self.store, output)
+            return await asyncio.to_thread(record, self.store, output)
 
     async def one(self, unit: WorkUnit, gateway: Gateway | None, bar: Progress) -> None:
         retry = self.plan.spec.retries

@@ -17,9 +17,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
-import os
 import shutil
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Hashable, Iterator
@@ -28,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from anyswe._files import task_state_dir
 from anyswe._threads import in_thread
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import GradingError, InfraError
@@ -220,13 +219,6 @@ def _image_key(sandbox: Sandbox[Any], workdir: str, base: str) -> Hashable | Non
     return (sandbox.image_identity, workdir, base)
 
 
-def _state_dir() -> Path:
-    """A per-task host directory for the agent's own state (removed once its sandbox is gone)."""
-    tmp = tempfile.mkdtemp(prefix="anyswe-agent-")
-    os.chmod(tmp, 0o777)  # the image's user may not be root
-    return Path(tmp)
-
-
 # -- the task -------------------------------------------------------------------------------------
 
 
@@ -244,7 +236,7 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
         provider, agent, harness = worker.provider(unit), worker.agent(unit), get_harness(unit.harness)
         image = await trace.timed("time_image", worker.images.image_for(provider, unit.image, unit.instance))
         provenance = await worker.images.provenance(provider, image)
-        state_dir = _state_dir()
+        state_dir = task_state_dir()  # removed once its sandbox is gone
         remove_state = functools.partial(shutil.rmtree, state_dir, True)
         try:
             request = SandboxRequest(image, run_id=unit.run_id, task_id=unit.key, phase="agent")

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from anyswe._files import name_problem
 from anyswe.errors import ResultsError
 from anyswe.results.schema import RETRYABLE, TaskResult, parse_row
 
@@ -139,8 +140,15 @@ class RunStore:
     # -- artefacts --------------------------------------------------------------------------------
 
     def task_dir(self, key: str) -> Path:
+        """``tasks/<key>``; a key that is not one plain name (it would lead outside ``tasks/``) is refused."""
+        problem = name_problem(key)
+        if problem is not None:
+            where = self.run_dir / "tasks"
+            raise ResultsError(f"task key {key[:80]!r} {problem}: it cannot name a directory under {where}")
         d = self.run_dir / "tasks" / key
         d.mkdir(parents=True, exist_ok=True)
+        if d.resolve().parent != (self.run_dir / "tasks").resolve():
+            raise ResultsError(f"{d} is a link out of {self.run_dir}/tasks: not written")
         return d
 
     def write_text(self, name: str, text: str) -> None:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import pwd
 from pathlib import Path
 from typing import ClassVar, Literal
 
 import polars as pl
 import pytest
 
+from anyswe._files import read_task_file
 from anyswe.agents import Agent, AgentConfig, AgentContext, AgentOutcome, register_agent
+from anyswe.agents.bundles import STATE_DIR
 from anyswe.datasets import load_dataset
 from anyswe.experiment import Experiment
+from anyswe.sandbox import Mount, SandboxRequest
 
 pytestmark = pytest.mark.containers
 
@@ -263,3 +269,66 @@ def test_the_agents_git_config_cannot_change_the_captured_patch(runtimes: None, 
         # The image's setup commit (its pre_install edit of setup.cfg) is the starting point, not the base.
         log = (exp.run_dir / "tasks" / row["key"] / "agent.log").read_text()
         assert "1 commit(s) after the base" in log and "setup.cfg" not in patch, log
+
+
+class PlanterConfig(AgentConfig):
+    type: Literal["planter"] = "planter"
+    secret: str = ""
+
+
+class PlanterAgent(Agent):
+    """Plants links to the host's secrets in its state dir (as the image's non-root user), and the
+    host copies what it left there the way the CLI agents do."""
+
+    name: ClassVar[str] = "planter"
+    config_class = PlanterConfig
+    config: PlanterConfig
+    needs_model = False
+
+    def sandbox_request(self, request: SandboxRequest, *, model: object, state_dir: Path) -> SandboxRequest:
+        mount = Mount(str(state_dir), STATE_DIR, read_only=False)
+        return dataclasses.replace(request, mounts=(*request.mounts, mount))
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        assert ctx.state_dir is not None
+        user = None if type(ctx.sandbox).__module__.endswith("apptainer") else "nobody"  # apptainer: the host's user
+        plant = (
+            f"mkdir -p {STATE_DIR}/logs && ln -s /proc/self/environ {STATE_DIR}/logs/errors.log && "
+            f"ln -s {self.config.secret} {STATE_DIR}/secret.log && mkfifo {STATE_DIR}/pipe.log && "
+            f"ln -s / {STATE_DIR}/root && id -un > {STATE_DIR}/plain.log"
+        )
+        r = await ctx.sandbox.exec(plant, user=user)
+        ctx.log(f"planted (exit {r.exit_code}) {r.stderr}")
+        names = ("logs/errors.log", "secret.log", "pipe.log", "root/etc/passwd", "plain.log")
+        return AgentOutcome(artifacts={n.replace("/", "-"): str(read_task_file(ctx.state_dir, n)) for n in names})
+
+
+register_agent("planter", f"{__name__}:PlanterAgent")
+
+
+def test_links_planted_in_the_state_dir_are_not_followed_by_the_host(runtimes: None, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("anyswe-sentinel-host-secret-5f1c\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: planted\ndataset: {name: demo, instance_ids: [demo__inventory-4]}\n"
+        f"agents:\n  p: {{type: planter, secret: {secret}}}\n"
+        "providers:\n  docker: {type: docker}\n  apptainer: {type: apptainer, overlay_size_mb: 256}\n"
+    )
+    exp = Experiment.load(spec, run_dir=tmp_path / "run")
+    exp.run(progress=False)
+    rows = exp.results()
+    assert rows.height == 2 and rows["error_kind"].is_null().all(), rows
+    for row in rows.iter_rows(named=True):
+        task = exp.run_dir / "tasks" / row["key"]
+        log = (task / "agent.log").read_text()
+        assert "planted (exit 0)" in log, log
+        copied = {p.name: p.read_text() for p in task.glob("agent-*")}
+        assert "sentinel" not in "".join(copied.values()) and "PATH=" not in "".join(copied.values())
+        assert copied["agent-logs-errors.log"] == "[anyswe: logs/errors.log not copied: it is a symbolic link]\n"
+        assert copied["agent-secret.log"] == "[anyswe: secret.log not copied: it is a symbolic link]\n"
+        assert "it is not a regular file (mode prw" in copied["agent-pipe.log"]
+        assert "root is not a directory (a link or a file)" in copied["agent-root-etc-passwd"]
+        # The image's (non-root, on docker) user could write the state dir.
+        writer = "nobody" if row["provider"] == "docker" else pwd.getpwuid(os.getuid()).pw_name
+        assert copied["agent-plain.log"].strip() == writer, copied

@@ -65,3 +65,24 @@ def test_parquet_and_json_list(tmp_path: Path) -> None:
     assert load_dataset(path=tmp_path / "rows.parquet").instances[0].instance_id == "me__x-1"
     (tmp_path / "rows.json").write_text(json.dumps([ROW]))
     assert load_dataset(path=tmp_path / "rows.json").instances[0].repo == "me/x"
+
+
+@pytest.mark.parametrize(
+    ("instance_id", "why"),
+    [
+        ("me__x-1/../../../../tmp/x", r"may hold only letters, digits, '\.', '_' and '-', not '/'"),
+        ("..", r"may not start with '\.'"),
+        (".hidden", r"may not start with '\.'"),
+        ("me x", r"not ' '"),
+        ("a" * 201, r"at most 200"),
+    ],
+)
+def test_an_id_that_is_not_one_path_component_is_refused_at_its_row(tmp_path: Path, instance_id: str, why: str) -> None:
+    with pytest.raises(DatasetError, match=rf"rows\.jsonl: row 2: field 'instance_id': .*{why}"):
+        load_dataset(path=write(tmp_path, [ROW, {**ROW, "instance_id": instance_id}]))
+
+
+def test_every_real_swebench_id_is_a_valid_name(shared_swebench: Path) -> None:
+    verified = load_dataset(path=shared_swebench / "verified.jsonl")
+    multimodal = load_dataset(path=shared_swebench / "multimodal_fail_only.jsonl")
+    assert len(verified.instances) == 500 and len(multimodal.instances) == 54

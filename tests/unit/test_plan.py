@@ -202,3 +202,23 @@ def test_the_verified_matrix_spec_plans_here(shared_swebench: Path, monkeypatch:
     assert all(m.params == {"temperature": 1.0, "top_p": 1.0} for m in models.values())
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     assert models["gpt-5.5"].endpoint_url() == "http://127.0.0.1:9/v1"  # read from the environment at run time
+
+
+def test_an_id_leading_out_of_the_run_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    from anyswe.datasets import demo
+
+    row = dict(next(r for r in demo.rows() if r["instance_id"] == "demo__calc-1"))
+    escape = tmp_path / "escaped"
+    row["instance_id"] = "demo__calc-1/../../../.." + str(escape)
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    base = (
+        "name: esc\ndataset: {name: demo, path: rows.jsonl}\nagents:\n  gold: {type: gold}\n"
+        "providers:\n  d: {type: docker}\n"
+    )
+    path = spec_from(tmp_path, base=base)
+    r = CliRunner().invoke(app, ["apply", str(path), "--out", str(tmp_path / "out")])
+    assert r.exit_code != 0
+    assert "rows.jsonl: row 1: field 'instance_id'" in r.output and "not '/'" in r.output, r.output
+    assert not escape.exists()
+    assert {p.name for p in tmp_path.iterdir()} <= {"rows.jsonl", "s.yaml", "out"}
+    assert not (tmp_path / "out" / "tasks").exists()

@@ -58,13 +58,15 @@ def test_every_bad_row_is_named_with_its_field(shared_swebench: Path, tmp_path: 
     rows[7]["version"] = "99.9"
     del rows[9]["base_commit"]
     rows[11]["instance_id"] = rows[12]["instance_id"]
+    rows[20]["instance_id"] = "x/../../etc"
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "never.jsonl"
     r = subprocess.run([*ANYSWE, "prepare", "dataset", str(bad), "-o", str(out)], capture_output=True, text=True)
     assert r.returncode == 2 and not out.exists()
     err = r.stderr
-    assert "4 of 500 rows are not valid" in err
+    assert "5 of 500 rows are not valid" in err
+    assert "row 21 (x/../../etc): field 'instance_id': Value error, 'x/../../etc' may hold only letters" in err
     assert f"row 4 ({rows[3]['instance_id']}): field 'FAIL_TO_PASS': Value error, expected a JSON list" in err
     assert f"row 8 ({rows[7]['instance_id']}): field 'version': '99.9' has no swebench spec" in err
     assert f"row 10 ({rows[9]['instance_id']}): field 'base_commit': Field required" in err

@@ -141,3 +141,64 @@ def test_set_errors_name_the_override(tmp_path: Path) -> None:
 def test_demo_spec_in_repo_is_valid() -> None:
     spec = load_spec(Path(__file__).resolve().parents[2] / "specs" / "demo.yaml")
     assert set(spec.providers) == {"docker", "apptainer"} and set(spec.agents) == {"gold", "noop"}
+
+
+@pytest.mark.parametrize("bad", [".x:Y", "a..b:C", "anyswe:No Such", "json:loads"])
+def test_a_bad_dotted_type_is_an_error_at_its_field(tmp_path: Path, bad: str) -> None:
+    text = f"name: t\ndataset: {{name: demo}}\nagents:\n  x: {{type: '{bad}'}}\nproviders:\n  d: {{type: '{bad}'}}\n"
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    message = str(info.value)
+    assert f"spec.yaml:4:7: agents.x.type: agent type {bad!r}" in message, message
+    assert f"spec.yaml:6:7: providers.d.type: sandbox provider {bad!r}" in message, message
+    assert "Traceback" not in message
+
+
+def test_a_bad_dotted_harness_is_an_error_at_its_field(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"spec\.yaml:\d+:\d+: grading\.harness: .*grading harness '\.x:Y': expected"):
+        load_spec(write(tmp_path, GOOD + "grading: {harness: .x:Y}\n"))
+    assert load_spec(write(tmp_path, GOOD + "grading: {harness: auto}\n")).grading.harness == "auto"
+
+
+def laughs(levels: int, width: int = 10) -> str:
+    lines = ['      l0: &l0 "lol"']
+    for n in range(1, levels):
+        lines.append(f"      l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * width)}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_billion_laughs_under_model_params_is_refused_at_once_where_it_grows(tmp_path: Path) -> None:
+    import time
+
+    text = GOOD + "models:\n  m:\n    api: openai-chat\n    model: x\n    params:\n" + laughs(10)
+    t0 = time.monotonic()
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    assert time.monotonic() - t0 < 5
+    # l5 holds 222221 values expanded: the first node over the bound, at its own line (its anchor).
+    line = text.splitlines().index("      l5: &l5 [" + ", ".join(["*l4"] * 10) + "]") + 1
+    assert str(info.value) == (
+        f"{tmp_path / 'spec.yaml'}:{line}:{len('      l5: &')}: models.m.params.l5: "
+        "with its aliases expanded it holds more than 200000 values"
+    )
+    # `plan` hashed the expanded params into every task key (it hung): now it stops at the spec.
+    from typer.testing import CliRunner
+
+    from anyswe.cli import app
+
+    t0 = time.monotonic()
+    r = CliRunner().invoke(app, ["plan", str(tmp_path / "spec.yaml")])
+    assert r.exit_code == 2 and "models.m.params.l5: with its aliases expanded" in r.output, r.output
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_few_aliases_and_a_recursive_one(tmp_path: Path) -> None:
+    text = GOOD + "models:\n  m:\n    api: openai-chat\n    model: x\n    params:\n" + laughs(3)
+    assert load_spec(write(tmp_path, text)).models["m"].params["l2"][0] == ["lol"] * 10
+    # ruamel.yaml reads a recursive alias as null; a recursive structure is still refused, not walked forever.
+    from anyswe._yaml import _Bound
+
+    loop: list[object] = [1]
+    loop.append(loop)
+    with pytest.raises(SpecError, match=r"s\.yaml: params\.1: an alias refers to a node that holds it"):
+        _Bound(Path("s.yaml")).size({"params": loop}, ())

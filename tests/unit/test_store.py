@@ -154,12 +154,31 @@ def test_a_task_whose_output_cannot_be_written_is_recorded_as_its_own_error(tmp_
     from anyswe.execute.local import record
     from anyswe.execute.unit import TaskOutput
 
-    bad = result("a", model_patch="diff \ud800", resolved=False)
+    bad = result("a", model_patch="diff \ud800", resolved=True, reward=1.0)
     with RunStore(tmp_path) as store:
-        record(store, TaskOutput(bad, {"patch.diff": "diff \ud800"}))
+        recorded = record(store, TaskOutput(bad, {"patch.diff": "diff \ud800"}))
+        # A verdict without its files is no verdict: the row (and what the driver counts) says so.
+        assert (recorded.resolved, recorded.reward, recorded.error_kind) == (False, 0.0, "internal")
         record(store, TaskOutput(result("b"), {"patch.diff": "fine"}))
         assert store.done_keys() == {"b"}  # the failed one runs again on the next apply
     first, second = read_results(tmp_path / "results.jsonl")
     assert (first.key, first.error_kind, first.mask_sample, first.model_patch) == ("a", "internal", True, "")
+    assert (first.resolved, first.reward) == (False, 0.0)
     assert "recording the task's results failed: UnicodeEncodeError" in (first.error or "")
     assert second.key == "b" and (tmp_path / "tasks" / "b" / "patch.diff").read_text() == "fine"
+
+
+@pytest.mark.parametrize("key", ["../x", "..", "a/b", "/etc", ".lock", ""])
+def test_task_dir_refuses_a_key_that_leads_outside_tasks(tmp_path: Path, key: str) -> None:
+    with RunStore(tmp_path / "run") as store, pytest.raises(ResultsError, match="cannot name a directory"):
+        store.task_dir(key)
+    assert not (tmp_path / "x").exists() and not (tmp_path / "run" / "tasks").exists()
+
+
+def test_task_dir_refuses_a_planted_link_out_of_tasks(tmp_path: Path) -> None:
+    (tmp_path / "run" / "tasks").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "run" / "tasks" / "k__a-1").symlink_to(tmp_path / "elsewhere")
+    with RunStore(tmp_path / "run") as store, pytest.raises(ResultsError, match="a link out of"):
+        store.task_dir("k__a-1")
+    assert store.task_dir("k__a-2") == tmp_path / "run" / "tasks" / "k__a-2"
