@@ -4,8 +4,9 @@
 and oracle runs; ``server`` is the HTTP gateway itself.
 """
 
+from anyswe.gateway.grants import Budget, Grant
 from anyswe.gateway.scripted import ScriptedModel
-from anyswe.gateway.server import Budget, Gateway, Grant
+from anyswe.gateway.server import Gateway
 from anyswe.gateway.wire import Conversation, Message, Protocol, Reply, ToolCall, Usage
 
 __all__ = [

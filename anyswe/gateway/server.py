@@ -21,15 +21,14 @@ import json
 import secrets
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from anyswe.gateway.errors import UpstreamError, UpstreamRefused
+from anyswe.gateway.grants import Budget, Grant, Reservation
 from anyswe.gateway.wire import (
     Conversation,
     Reply,
-    Usage,
     WireError,
     conversation_hash,
     read_request,
@@ -56,54 +55,6 @@ _ROUTES: dict[str, Wire] = {
     "/v1/chat/completions": "openai-chat",
     "/v1/responses": "openai-responses",
 }
-
-
-@dataclass
-class Budget:
-    """Per-task limits; None is unlimited. A call past one is refused and the task marked ``budget``."""
-
-    calls: int | None = None
-    tokens: int | None = None
-    seconds: float | None = None
-    #: The agent's own turn cap, for agents that have none (a call past it ends the task at max_iterations).
-    turns: int | None = None
-
-
-@dataclass
-class Grant:
-    """One task's access: its model, upstream, trajectory file, usage so far and budget."""
-
-    key: str
-    model: str
-    upstream: Upstream
-    trajectory: Path | None = None
-    budget: Budget = field(default_factory=Budget)
-    calls: int = 0
-    usage: Usage = field(default_factory=Usage)
-    exhausted: str | None = None
-    first_call: float | None = None
-    #: Why the upstream refused for good (e.g. a replay that diverged): the task's error.
-    failed: str | None = None
-    #: Calls the upstream failed (rate limits, server errors) that the agent may have retried.
-    upstream_errors: int = 0
-    #: The last failure that says the model was unreachable (a connection, a 5xx, a 429), if any.
-    unavailable: str | None = None
-    #: Why a call could not be recorded (the host's disk): the task's trajectory is incomplete.
-    unrecorded: str | None = None
-    active: bool = True
-
-    def over_budget(self) -> str | None:
-        if self.budget.turns is not None and self.calls >= self.budget.turns:
-            return f"turns ({self.budget.turns})"
-        if self.budget.calls is not None and self.calls >= self.budget.calls:
-            return f"calls ({self.budget.calls})"
-        started, seconds = self.first_call, self.budget.seconds
-        if seconds is not None and started is not None and time.monotonic() - started >= seconds:
-            return f"seconds ({seconds:g})"
-        used = self.usage.input_tokens + self.usage.output_tokens
-        if self.budget.tokens is not None and used >= self.budget.tokens:
-            return f"tokens ({self.budget.tokens})"
-        return None
 
 
 def _protocol_for(path: str) -> Wire:
@@ -244,30 +195,33 @@ class Gateway:
         if grant is None:
             return self._error(protocol, 401, "invalid or expired task token", "authentication_error")
         try:
-            body = await request.json()
+            raw = await request.read()
+            body = json.loads(raw)
             conv = read_request(protocol, body)
         except (WireError, ValueError) as exc:
             return self._error(protocol, 400, str(exc), "invalid_request_error")
-        if (limit := grant.over_budget()) is not None:
-            grant.exhausted = grant.exhausted or limit
+        held = grant.admit(body, len(raw))
+        if isinstance(held, str):
             # The token stops granting calls: a 401, which no client retries (a 429 or 5xx would be
             # retried and the agent would spin; litellm turns a 403 into a retried APIError).
-            return self._error(protocol, 401, f"anyswe budget exhausted: {limit}", "authentication_error")
+            return self._error(protocol, 401, f"anyswe budget exhausted: {held}", "authentication_error")
         start = time.monotonic()
-        grant.first_call = grant.first_call or start
         try:
             result = grant.upstream.reply(conv)
             reply = await result if inspect.isawaitable(result) else result
-        except UpstreamRefused as exc:
-            grant.failed = grant.failed or str(exc)
-            # As for a budget: a 401, which no client retries.
-            return self._error(protocol, 401, f"anyswe: {exc}", "authentication_error")
-        except UpstreamError as exc:
-            grant.upstream_errors += 1
-            if exc.status >= 500 or exc.status == 429:
-                grant.unavailable = f"{exc.status}: {str(exc)[:300]}"
-            return self._upstream_error(protocol, exc)
-        self._account(grant, protocol, body, conv, reply, time.monotonic() - start)
+        except BaseException as exc:
+            grant.release(held)
+            if isinstance(exc, UpstreamRefused):
+                grant.failed = grant.failed or str(exc)
+                # As for a budget: a 401, which no client retries.
+                return self._error(protocol, 401, f"anyswe: {exc}", "authentication_error")
+            if isinstance(exc, UpstreamError):
+                grant.upstream_errors += 1
+                if exc.status >= 500 or exc.status == 429:
+                    grant.unavailable = f"{exc.status}: {str(exc)[:300]}"
+                return self._upstream_error(protocol, exc)
+            raise
+        self._account(grant, held, protocol, body, conv, reply, time.monotonic() - start)
         if not conv.stream:
             return await self._respond_json(protocol, reply, conv)
         return await self._respond_stream(request, protocol, reply, conv)
@@ -290,10 +244,16 @@ class Gateway:
         return response
 
     def _account(
-        self, grant: Grant, protocol: Wire, body: Any, conv: Conversation, reply: Reply, latency: float
+        self,
+        grant: Grant,
+        held: Reservation,
+        protocol: Wire,
+        body: Any,
+        conv: Conversation,
+        reply: Reply,
+        latency: float,
     ) -> None:
-        grant.calls += 1
-        grant.usage = grant.usage + reply.usage
+        grant.settle(held, reply.usage)
         if grant.trajectory is None:
             return
         record = {
