@@ -35,10 +35,27 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """The gateway's own bounds on every task, whatever its budget says (a budget may be unset)."""
+
+    #: A request body larger than this is refused (413) unread.
+    request_bytes: int = 16 * 1024 * 1024
+    #: Request bytes one task's calls may have recorded; a call past it is refused.
+    task_bytes: int = 1024 * 1024 * 1024
+    #: Seconds a connection has to send a request's headers, from its start or its last reply (idle
+    #: keep-alive connections are closed after as long).
+    header_seconds: float = 60.0
+    #: Seconds a request has to send its body once its headers are in.
+    body_seconds: float = 120.0
+
+
+@dataclass(frozen=True)
 class Reservation:
-    """What one admitted call holds until it settles: one call, and ``tokens`` of the token budget."""
+    """What one admitted call holds until it settles: one call, ``tokens`` of the token budget and its
+    request's ``size`` in bytes of the task's recording cap."""
 
     tokens: int
+    size: int = 0
 
 
 def token_bound(body: Any, size: int) -> int | None:
@@ -76,6 +93,13 @@ class Grant:
     #: Calls admitted whose upstream has not answered yet, and the tokens they hold.
     pending_calls: int = 0
     pending_tokens: int = 0
+    #: Request bytes this task's calls may have recorded (None: no cap), those recorded, those in flight.
+    record_cap: int | None = None
+    recorded: int = 0
+    pending_bytes: int = 0
+    #: Calls refused (budget or recording cap) so far; whether the trajectory notes the cap's refusal.
+    refused: int = 0
+    cap_noted: bool = False
 
     def tokens_held(self) -> int:
         """Tokens used so far plus those reserved by calls in flight."""
@@ -101,8 +125,13 @@ class Grant:
         Synchronous on purpose: nothing else runs on the event loop between the check and the
         reservation. ``size``: the request body's bytes (a bound on its input tokens).
         """
-        if (limit := self.over_budget()) is not None:
+        limit = self.over_budget()
+        cap = self.record_cap
+        if limit is None and cap is not None and self.recorded + self.pending_bytes + size > cap:
+            limit = f"recorded bytes ({cap})"
+        if limit is not None:
             self.exhausted = self.exhausted or limit
+            self.refused += 1
             return limit
         tokens = 0
         if self.budget.tokens is not None:
@@ -111,16 +140,19 @@ class Grant:
             tokens = left if bound is None else min(left, bound)
         self.pending_calls += 1
         self.pending_tokens += tokens
+        self.pending_bytes += size
         self.first_call = self.first_call or time.monotonic()
-        return Reservation(tokens)
+        return Reservation(tokens, size)
 
     def release(self, held: Reservation) -> None:
         """Give back a call's reservation (it failed, or is about to be settled)."""
         self.pending_calls -= 1
         self.pending_tokens -= held.tokens
+        self.pending_bytes -= held.size
 
     def settle(self, held: Reservation, usage: Usage) -> None:
         """Replace a call's reservation with what it really used."""
         self.release(held)
         self.calls += 1
         self.usage = self.usage + usage
+        self.recorded += held.size

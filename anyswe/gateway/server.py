@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from anyswe.gateway.errors import UpstreamError, UpstreamRefused
-from anyswe.gateway.grants import Budget, Grant, Reservation
+from anyswe.gateway.grants import Budget, Grant, Limits, Reservation
 from anyswe.gateway.wire import (
     Conversation,
     Reply,
@@ -64,7 +64,8 @@ def _protocol_for(path: str) -> Wire:
 class Gateway:
     """``async with Gateway() as gw:`` — grant tokens per task, point agents at ``gw.url_for(...)``."""
 
-    def __init__(self, *, socket_dir: Path | None = None) -> None:
+    def __init__(self, *, socket_dir: Path | None = None, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
         self._grants: dict[str, Grant] = {}
         self._runner: web.AppRunner | None = None
         self._socket_dir = socket_dir
@@ -87,7 +88,8 @@ class Gateway:
     ) -> str:
         """A new token for task ``key`` on ``model`` (or the given one): the only credential the agent gets."""
         token = token or f"anyswe-{secrets.token_urlsafe(24)}"
-        self._grants[token] = Grant(key, model, upstream, trajectory, budget or Budget())
+        grant = Grant(key, model, upstream, trajectory, budget or Budget(), record_cap=self.limits.task_bytes)
+        self._grants[token] = grant
         return token
 
     def revoke(self, token: str) -> Grant:
@@ -109,7 +111,7 @@ class Gateway:
     def _app(self) -> web.Application:
         from aiohttp import web
 
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=self.limits.request_bytes)
         for prefix in ("", "/t/{token}"):
             for path in _ROUTES:
                 app.router.add_post(prefix + path, self._call)
@@ -121,7 +123,12 @@ class Gateway:
         """Listen on ``port`` (0: a free one) on each of ``hosts`` (one port for all) and on a unix socket."""
         from aiohttp import web
 
-        self._runner = web.AppRunner(self._app(), access_log=None)
+        # aiohttp's keep-alive timer runs from a connection's start and from each reply until the next
+        # request's headers are in: it is the header read timeout (and closes idle connections). A refused
+        # body is drained for a short while only (lingering), so its client can read the refusal.
+        self._runner = web.AppRunner(
+            self._app(), access_log=None, keepalive_timeout=self.limits.header_seconds, lingering_time=2.0
+        )
         await self._runner.setup()
         for host in hosts:
             site = web.TCPSite(self._runner, host, port)
@@ -194,14 +201,19 @@ class Gateway:
         grant = self._grant_for(request)
         if grant is None:
             return self._error(protocol, 401, "invalid or expired task token", "authentication_error")
+        raw = await self._read(request, protocol)
+        if not isinstance(raw, bytes):
+            return raw
         try:
-            raw = await request.read()
             body = json.loads(raw)
             conv = read_request(protocol, body)
         except (WireError, ValueError) as exc:
             return self._error(protocol, 400, str(exc), "invalid_request_error")
         held = grant.admit(body, len(raw))
         if isinstance(held, str):
+            if held.startswith("recorded bytes") and not grant.cap_noted:  # once: the cap bounds the file too
+                grant.cap_noted = True
+                self._record(grant, {"time": time.time(), "refused": held, "request_bytes": len(raw)})
             # The token stops granting calls: a 401, which no client retries (a 429 or 5xx would be
             # retried and the agent would spin; litellm turns a 403 into a retried APIError).
             return self._error(protocol, 401, f"anyswe budget exhausted: {held}", "authentication_error")
@@ -225,6 +237,28 @@ class Gateway:
         if not conv.stream:
             return await self._respond_json(protocol, reply, conv)
         return await self._respond_stream(request, protocol, reply, conv)
+
+    async def _read(self, request: web.Request, protocol: Wire) -> bytes | web.Response:
+        """The request's body, or the error that refuses it (too large: 413; too slow: 408)."""
+        from aiohttp import web
+
+        too_large = f"anyswe gateway: request bodies are limited to {self.limits.request_bytes} bytes"
+        if (request.content_length or 0) > self.limits.request_bytes:
+            return self._close(self._error(protocol, 413, too_large, "request_too_large"))
+        try:
+            async with asyncio.timeout(self.limits.body_seconds):
+                return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._close(self._error(protocol, 413, too_large, "request_too_large"))
+        except TimeoutError:
+            message = f"anyswe gateway: the request body took over {self.limits.body_seconds:g}s"
+            return self._close(self._error(protocol, 408, message, "timeout_error"))
+
+    @staticmethod
+    def _close(response: web.Response) -> web.Response:
+        """The response, and the connection closed after it (its unread body is not waited for)."""
+        response.force_close()
+        return response
 
     async def _respond_json(self, protocol: Wire, reply: Reply, conv: Conversation) -> web.Response:
         from aiohttp import web
@@ -256,20 +290,28 @@ class Gateway:
         grant.settle(held, reply.usage)
         if grant.trajectory is None:
             return
-        record = {
-            "time": time.time(),
-            "latency_s": round(latency, 4),
-            "protocol": protocol,
-            "model": grant.model,
-            "conversation_hash": conversation_hash(conv.messages),
-            "request": body,
-            "reply": {
-                "text": reply.text,
-                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
-                "stop": reply.stop,
+        self._record(
+            grant,
+            {
+                "time": time.time(),
+                "latency_s": round(latency, 4),
+                "protocol": protocol,
+                "model": grant.model,
+                "conversation_hash": conversation_hash(conv.messages),
+                "request": body,
+                "reply": {
+                    "text": reply.text,
+                    "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
+                    "stop": reply.stop,
+                },
+                "usage": vars(reply.usage),
             },
-            "usage": vars(reply.usage),
-        }
+        )
+
+    def _record(self, grant: Grant, record: dict[str, Any]) -> None:
+        """One line in the task's trajectory (if it has one); a failure marks the task, never the call."""
+        if grant.trajectory is None:
+            return
         try:
             grant.trajectory.parent.mkdir(parents=True, exist_ok=True)
             with open(grant.trajectory, "a") as fh:

@@ -1,4 +1,5 @@
-"""The gateway's limits under load, over real HTTP: budgets hold against parallel calls.
+"""The gateway's limits over real HTTP: budgets hold against parallel calls; its own caps on request
+size, recorded bytes per task and slow clients.
 
 The upstream here holds every call it is given until the test has seen each of the 30 requests
 either reach it or be refused, so every admitted call is still in flight while the others are
@@ -14,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anthropic
 import pytest
 
 from anyswe.gateway import Budget, Conversation, Gateway, Reply, ScriptedModel
+from anyswe.gateway.grants import Limits
 from anyswe.gateway.wire import Protocol
 
 pytestmark = pytest.mark.anyio
@@ -171,3 +174,104 @@ async def test_a_failed_call_gives_its_reservation_back(gateway: Gateway) -> Non
     assert statuses == [529, 200, 401]
     used = gateway.revoke(token)
     assert used.calls == 1 and used.upstream_errors == 1 and used.pending_calls == 0
+
+
+# -- the gateway's own caps: request size, recorded bytes per task, slow clients ---------------------
+
+
+async def test_an_oversized_body_is_refused_in_the_protocols_shape(tmp_path: Path) -> None:
+    async with Gateway(limits=Limits(request_bytes=4096)) as gw:
+        await gw.start()
+        token = gw.grant("t", "m", ScriptedModel(["ls"]), trajectory=tmp_path / "traj.jsonl")
+        client = anthropic.AsyncAnthropic(base_url=gw.url(), api_key=token, max_retries=0)
+        big = [{"role": "user", "content": "x" * 8192}]
+        with pytest.raises(anthropic.APIStatusError) as info:
+            await client.messages.create(model="m", max_tokens=10, messages=big)  # type: ignore[arg-type]
+        assert info.value.status_code == 413 and info.value.body["error"]["type"] == "request_too_large"  # type: ignore[index]
+        await client.close()
+
+        async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: caught while reading
+            yield b'{"model": "m", "messages": [{"role": "user", "content": "'
+            for _ in range(8):
+                yield b"x" * 1024
+            yield b'"}]}'
+
+        async with aiohttp.ClientSession() as session:
+            url = gw.url() + "/v1/chat/completions"
+            async with session.post(url, data=chunks(), headers={"Authorization": f"Bearer {token}"}) as r:
+                assert r.status == 413 and (await r.json())["error"]["type"] == "request_too_large"
+        used = gw.revoke(token)
+        assert used.calls == 0 and not (tmp_path / "traj.jsonl").exists()
+
+
+async def test_a_task_past_its_recording_cap_is_refused_and_that_is_recorded(tmp_path: Path) -> None:
+    body = _body("openai-chat", False)
+    size = len(json.dumps(body).encode())
+    async with Gateway(limits=Limits(task_bytes=3 * size)) as gw:
+        await gw.start()
+        token = gw.grant("t", "m", ScriptedModel(["ls"]), trajectory=tmp_path / "traj.jsonl")  # no budget
+        statuses = []
+        async with aiohttp.ClientSession() as session:
+            for _ in range(5):
+                headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+                async with session.post(gw.url() + "/v1/chat/completions", data=json.dumps(body), headers=headers) as r:
+                    statuses.append((r.status, (await r.json()).get("error", {}).get("message", "")))
+        assert [s for s, _ in statuses] == [200, 200, 200, 401, 401]
+        assert "budget exhausted: recorded bytes" in statuses[3][1]
+        used = gw.revoke(token)
+        assert used.calls == 3 and used.recorded == 3 * size and used.refused == 2
+        assert used.exhausted == f"recorded bytes ({3 * size})"
+    lines = [json.loads(x) for x in (tmp_path / "traj.jsonl").read_text().splitlines()]
+    assert len(lines) == 4 and lines[-1]["refused"] == used.exhausted and lines[-1]["request_bytes"] == size
+    # A replay of this task serves the three answered calls; the noted refusal is no call.
+    from anyswe.gateway.replay import ReplayModel
+
+    assert len(ReplayModel.load(tmp_path / "traj.jsonl").records) == 3
+
+
+async def _closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, trickle: bytes) -> bytes:
+    """Keep sending ``trickle`` a byte at a time until the gateway closes the connection; what it sent back.
+
+    Bounded: 600 rounds of at most 0.1 s each; a connection still open after them fails the test.
+    """
+    got = b""
+    for i in range(600):
+        if trickle:
+            try:
+                writer.write(trickle[i % len(trickle) : i % len(trickle) + 1])
+                await writer.drain()
+            except ConnectionError:
+                return got
+        try:
+            chunk = await asyncio.wait_for(reader.read(65536), 0.1)
+        except TimeoutError:
+            continue
+        except ConnectionError:
+            return got
+        if not chunk:
+            return got
+        got += chunk
+    raise AssertionError(f"the gateway kept a slow connection open (sent {got!r})")
+
+
+async def test_a_client_that_sends_headers_slowly_is_disconnected() -> None:
+    async with Gateway(limits=Limits(header_seconds=0.5)) as gw:
+        await gw.start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.ports["127.0.0.1"])
+        writer.write(b"POST /v1/messages HTTP/1.1\r\nHost: gw\r\n")
+        got = await _closed(reader, writer, b"X-Slow: aaaaaaaa\r\n")  # never the blank line
+        writer.close()
+        assert got == b""  # closed unanswered
+
+
+async def test_a_client_that_sends_its_body_slowly_gets_a_timeout_and_is_disconnected() -> None:
+    async with Gateway(limits=Limits(body_seconds=0.5)) as gw:
+        await gw.start()
+        token = gw.grant("t", "m", ScriptedModel(["ls"]))
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.ports["127.0.0.1"])
+        head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {token}\r\n"
+        writer.write((head + "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{").encode())
+        got = await _closed(reader, writer, b"")
+        writer.close()
+        assert got.startswith(b"HTTP/1.1 408") and b'"type": "timeout_error"' in got
+        assert gw.revoke(token).calls == 0
