@@ -4,7 +4,7 @@
 and oracle runs; ``server`` is the HTTP gateway itself.
 """
 
-from anyswe.gateway.grants import Budget, Grant
+from anyswe.gateway.grants import Budget, Grant, Limits
 from anyswe.gateway.scripted import ScriptedModel
 from anyswe.gateway.server import Gateway
 from anyswe.gateway.wire import Conversation, Message, Protocol, Reply, ToolCall, Usage
@@ -14,6 +14,7 @@ __all__ = [
     "Conversation",
     "Gateway",
     "Grant",
+    "Limits",
     "Message",
     "Protocol",
     "Reply",
