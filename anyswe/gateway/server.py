@@ -16,9 +16,11 @@ other machines, on this machine's address in their cluster, where their nodes' r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import secrets
+import tempfile
 import time
 from collections.abc import Awaitable
 from pathlib import Path
@@ -71,6 +73,8 @@ class Gateway:
         self._socket_dir = socket_dir
         self.ports: dict[str, int] = {}
         self.socket: Path | None = None
+        #: Per-task sockets: path -> (the one token served there, its listening server).
+        self._task_sockets: dict[str, tuple[str, asyncio.Server]] = {}
         #: The address other machines reach this gateway at (through relays), when units run there.
         self.relay_host: str | None = None
 
@@ -93,16 +97,49 @@ class Gateway:
         return token
 
     def revoke(self, token: str) -> Grant:
-        """End a task's access; its usage stays readable."""
+        """End a task's access (and remove its socket, if it has one); its usage stays readable."""
         grant = self._grants[token]
         grant.active = False
+        for path, (owner, _) in list(self._task_sockets.items()):
+            if owner == token:
+                self._close_socket(path)
         return grant
+
+    async def open_socket(self, token: str) -> Path:
+        """A unix socket for this task alone, in a directory of its own (what its sandbox mounts, read-only).
+
+        It listens until the token is revoked and serves that token only: no other task's sandbox
+        sees it, and no other token is accepted on it.
+        """
+        if self._runner is None or self._socket_dir is None:
+            raise RuntimeError("open_socket needs a started gateway with a socket_dir")
+        where = Path(tempfile.mkdtemp(prefix="t-", dir=self._socket_dir))
+        path = where / "gateway.sock"
+        try:
+            server = await asyncio.get_running_loop().create_unix_server(self._runner.server, str(path))  # type: ignore[arg-type]
+        except BaseException:
+            where.rmdir()
+            raise
+        self._task_sockets[str(path)] = (token, server)
+        return path
+
+    def _close_socket(self, path: str) -> None:
+        _, server = self._task_sockets.pop(path)
+        server.close()  # no new connections; those open finish (their token is no longer granted)
+        with contextlib.suppress(OSError):
+            Path(path).unlink(missing_ok=True)
+            Path(path).parent.rmdir()
 
     def _grant_for(self, request: web.Request) -> Grant | None:
         token = request.match_info.get("token") or request.headers.get("x-api-key") or ""
         auth = request.headers.get("Authorization", "")
         if not token and auth.lower().startswith("bearer "):
             token = auth[7:].strip()
+        transport = request.transport
+        sockname = transport.get_extra_info("sockname") if transport is not None else None
+        owner = self._task_sockets.get(sockname) if isinstance(sockname, str) else None
+        if owner is not None and owner[0] != token:
+            return None  # a task's own socket serves its own token only
         grant = self._grants.get(token)
         return grant if grant is not None and grant.active else None
 
@@ -141,6 +178,8 @@ class Gateway:
             await web.UnixSite(self._runner, str(self.socket)).start()
 
     async def close(self) -> None:
+        for path in list(self._task_sockets):
+            self._close_socket(path)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
