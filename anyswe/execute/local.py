@@ -130,7 +130,7 @@ class _Driver:
             task_dir = self.store.task_dir(unit.key)
             (task_dir / models.TRAJECTORY).unlink(missing_ok=True)  # an earlier attempt's calls
             try:
-                unit, token = models.grant(gateway, unit, task_dir)
+                unit, token = await models.grant(gateway, unit, task_dir)
             except AnysweError as exc:  # e.g. nothing recorded to replay: this task's error only
                 output = failed_output(unit, "agent", f"{type(exc).__name__}: {exc}")
             else:

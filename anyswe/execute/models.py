@@ -105,8 +105,9 @@ def replay_upstream(unit: WorkUnit, model: ModelSpec) -> ReplayModel:
     return ReplayModel.load(run / str(chosen.trajectory_path))
 
 
-def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[WorkUnit, str | None]:
-    """The unit with its model endpoint (a fresh per-task token), and the token to revoke afterwards."""
+async def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[WorkUnit, str | None]:
+    """The unit with its model endpoint (a fresh per-task token, and a socket of the task's own for its
+    sandbox), and the token to revoke afterwards (which removes the socket)."""
     if gateway is None or unit.model is None or unit.cell.model is None:
         return unit, None
     model = unit.model
@@ -131,12 +132,19 @@ def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[Work
         base_url=gateway.url(),
         token=token,
         params=model.params,
-        socket=str(gateway.socket) if gateway.socket else None,
     )
     if gateway.relay_host is not None:
-        # Where the unit runs, this machine's socket and loopback mean nothing: only the relay address.
+        # Where the unit runs, this machine's socket and loopback mean nothing: only the relay address
+        # (the node's relay gives the unit a socket of its own).
         relay = join_address(gateway.relay_host, gateway.ports[gateway.relay_host])
         endpoint = endpoint.model_copy(update={"base_url": None, "socket": None, "relay": relay})
+    elif gateway.socket is not None:
+        try:
+            socket = await gateway.open_socket(token)
+        except BaseException:
+            gateway.revoke(token)
+            raise
+        endpoint = endpoint.model_copy(update={"socket": str(socket)})
     return dataclasses.replace(unit, endpoint=endpoint), token
 
 

@@ -4,8 +4,9 @@
 and oracle runs; ``server`` is the HTTP gateway itself.
 """
 
+from anyswe.gateway.grants import Budget, Grant, Limits
 from anyswe.gateway.scripted import ScriptedModel
-from anyswe.gateway.server import Budget, Gateway, Grant
+from anyswe.gateway.server import Gateway
 from anyswe.gateway.wire import Conversation, Message, Protocol, Reply, ToolCall, Usage
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "Conversation",
     "Gateway",
     "Grant",
+    "Limits",
     "Message",
     "Protocol",
     "Reply",

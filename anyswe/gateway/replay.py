@@ -29,7 +29,8 @@ class ReplayModel:
     @classmethod
     def load(cls, trajectory: Path) -> ReplayModel:
         records = [json.loads(line) for line in trajectory.read_text().splitlines() if line.strip()]
-        return cls(records, str(trajectory))
+        # A refused call (a cap the task hit) is noted in the trajectory but was never answered.
+        return cls([r for r in records if "refused" not in r], str(trajectory))
 
     def reply(self, conv: Conversation) -> Reply:
         n, self.calls = self.calls, self.calls + 1

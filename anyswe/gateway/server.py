@@ -16,20 +16,21 @@ other machines, on this machine's address in their cluster, where their nodes' r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import secrets
+import tempfile
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from anyswe.gateway.errors import UpstreamError, UpstreamRefused
+from anyswe.gateway.grants import Budget, Grant, Limits, Reservation
 from anyswe.gateway.wire import (
     Conversation,
     Reply,
-    Usage,
     WireError,
     conversation_hash,
     read_request,
@@ -58,54 +59,6 @@ _ROUTES: dict[str, Wire] = {
 }
 
 
-@dataclass
-class Budget:
-    """Per-task limits; None is unlimited. A call past one is refused and the task marked ``budget``."""
-
-    calls: int | None = None
-    tokens: int | None = None
-    seconds: float | None = None
-    #: The agent's own turn cap, for agents that have none (a call past it ends the task at max_iterations).
-    turns: int | None = None
-
-
-@dataclass
-class Grant:
-    """One task's access: its model, upstream, trajectory file, usage so far and budget."""
-
-    key: str
-    model: str
-    upstream: Upstream
-    trajectory: Path | None = None
-    budget: Budget = field(default_factory=Budget)
-    calls: int = 0
-    usage: Usage = field(default_factory=Usage)
-    exhausted: str | None = None
-    first_call: float | None = None
-    #: Why the upstream refused for good (e.g. a replay that diverged): the task's error.
-    failed: str | None = None
-    #: Calls the upstream failed (rate limits, server errors) that the agent may have retried.
-    upstream_errors: int = 0
-    #: The last failure that says the model was unreachable (a connection, a 5xx, a 429), if any.
-    unavailable: str | None = None
-    #: Why a call could not be recorded (the host's disk): the task's trajectory is incomplete.
-    unrecorded: str | None = None
-    active: bool = True
-
-    def over_budget(self) -> str | None:
-        if self.budget.turns is not None and self.calls >= self.budget.turns:
-            return f"turns ({self.budget.turns})"
-        if self.budget.calls is not None and self.calls >= self.budget.calls:
-            return f"calls ({self.budget.calls})"
-        started, seconds = self.first_call, self.budget.seconds
-        if seconds is not None and started is not None and time.monotonic() - started >= seconds:
-            return f"seconds ({seconds:g})"
-        used = self.usage.input_tokens + self.usage.output_tokens
-        if self.budget.tokens is not None and used >= self.budget.tokens:
-            return f"tokens ({self.budget.tokens})"
-        return None
-
-
 def _protocol_for(path: str) -> Wire:
     return "anthropic-messages" if "/messages" in path else "openai-chat"
 
@@ -113,12 +66,15 @@ def _protocol_for(path: str) -> Wire:
 class Gateway:
     """``async with Gateway() as gw:`` — grant tokens per task, point agents at ``gw.url_for(...)``."""
 
-    def __init__(self, *, socket_dir: Path | None = None) -> None:
+    def __init__(self, *, socket_dir: Path | None = None, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
         self._grants: dict[str, Grant] = {}
         self._runner: web.AppRunner | None = None
         self._socket_dir = socket_dir
         self.ports: dict[str, int] = {}
         self.socket: Path | None = None
+        #: Per-task sockets: path -> (the one token served there, its listening server).
+        self._task_sockets: dict[str, tuple[str, asyncio.Server]] = {}
         #: The address other machines reach this gateway at (through relays), when units run there.
         self.relay_host: str | None = None
 
@@ -136,20 +92,54 @@ class Gateway:
     ) -> str:
         """A new token for task ``key`` on ``model`` (or the given one): the only credential the agent gets."""
         token = token or f"anyswe-{secrets.token_urlsafe(24)}"
-        self._grants[token] = Grant(key, model, upstream, trajectory, budget or Budget())
+        grant = Grant(key, model, upstream, trajectory, budget or Budget(), record_cap=self.limits.task_bytes)
+        self._grants[token] = grant
         return token
 
     def revoke(self, token: str) -> Grant:
-        """End a task's access; its usage stays readable."""
+        """End a task's access (and remove its socket, if it has one); its usage stays readable."""
         grant = self._grants[token]
         grant.active = False
+        for path, (owner, _) in list(self._task_sockets.items()):
+            if owner == token:
+                self._close_socket(path)
         return grant
+
+    async def open_socket(self, token: str) -> Path:
+        """A unix socket for this task alone, in a directory of its own (what its sandbox mounts, read-only).
+
+        It listens until the token is revoked and serves that token only: no other task's sandbox
+        sees it, and no other token is accepted on it.
+        """
+        if self._runner is None or self._socket_dir is None:
+            raise RuntimeError("open_socket needs a started gateway with a socket_dir")
+        where = Path(tempfile.mkdtemp(prefix="t-", dir=self._socket_dir))
+        path = where / "gateway.sock"
+        try:
+            server = await asyncio.get_running_loop().create_unix_server(self._runner.server, str(path))  # type: ignore[arg-type]
+        except BaseException:
+            where.rmdir()
+            raise
+        self._task_sockets[str(path)] = (token, server)
+        return path
+
+    def _close_socket(self, path: str) -> None:
+        _, server = self._task_sockets.pop(path)
+        server.close()  # no new connections; those open finish (their token is no longer granted)
+        with contextlib.suppress(OSError):
+            Path(path).unlink(missing_ok=True)
+            Path(path).parent.rmdir()
 
     def _grant_for(self, request: web.Request) -> Grant | None:
         token = request.match_info.get("token") or request.headers.get("x-api-key") or ""
         auth = request.headers.get("Authorization", "")
         if not token and auth.lower().startswith("bearer "):
             token = auth[7:].strip()
+        transport = request.transport
+        sockname = transport.get_extra_info("sockname") if transport is not None else None
+        owner = self._task_sockets.get(sockname) if isinstance(sockname, str) else None
+        if owner is not None and owner[0] != token:
+            return None  # a task's own socket serves its own token only
         grant = self._grants.get(token)
         return grant if grant is not None and grant.active else None
 
@@ -158,7 +148,7 @@ class Gateway:
     def _app(self) -> web.Application:
         from aiohttp import web
 
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=self.limits.request_bytes)
         for prefix in ("", "/t/{token}"):
             for path in _ROUTES:
                 app.router.add_post(prefix + path, self._call)
@@ -170,7 +160,12 @@ class Gateway:
         """Listen on ``port`` (0: a free one) on each of ``hosts`` (one port for all) and on a unix socket."""
         from aiohttp import web
 
-        self._runner = web.AppRunner(self._app(), access_log=None)
+        # aiohttp's keep-alive timer runs from a connection's start and from each reply until the next
+        # request's headers are in: it is the header read timeout (and closes idle connections). A refused
+        # body is drained for a short while only (lingering), so its client can read the refusal.
+        self._runner = web.AppRunner(
+            self._app(), access_log=None, keepalive_timeout=self.limits.header_seconds, lingering_time=2.0
+        )
         await self._runner.setup()
         for host in hosts:
             site = web.TCPSite(self._runner, host, port)
@@ -183,6 +178,8 @@ class Gateway:
             await web.UnixSite(self._runner, str(self.socket)).start()
 
     async def close(self) -> None:
+        for path in list(self._task_sockets):
+            self._close_socket(path)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -243,34 +240,64 @@ class Gateway:
         grant = self._grant_for(request)
         if grant is None:
             return self._error(protocol, 401, "invalid or expired task token", "authentication_error")
+        raw = await self._read(request, protocol)
+        if not isinstance(raw, bytes):
+            return raw
         try:
-            body = await request.json()
+            body = json.loads(raw)
             conv = read_request(protocol, body)
         except (WireError, ValueError) as exc:
             return self._error(protocol, 400, str(exc), "invalid_request_error")
-        if (limit := grant.over_budget()) is not None:
-            grant.exhausted = grant.exhausted or limit
+        held = grant.admit(body, len(raw))
+        if isinstance(held, str):
+            if held.startswith("recorded bytes") and not grant.cap_noted:  # once: the cap bounds the file too
+                grant.cap_noted = True
+                self._record(grant, {"time": time.time(), "refused": held, "request_bytes": len(raw)})
             # The token stops granting calls: a 401, which no client retries (a 429 or 5xx would be
             # retried and the agent would spin; litellm turns a 403 into a retried APIError).
-            return self._error(protocol, 401, f"anyswe budget exhausted: {limit}", "authentication_error")
+            return self._error(protocol, 401, f"anyswe budget exhausted: {held}", "authentication_error")
         start = time.monotonic()
-        grant.first_call = grant.first_call or start
         try:
             result = grant.upstream.reply(conv)
             reply = await result if inspect.isawaitable(result) else result
-        except UpstreamRefused as exc:
-            grant.failed = grant.failed or str(exc)
-            # As for a budget: a 401, which no client retries.
-            return self._error(protocol, 401, f"anyswe: {exc}", "authentication_error")
-        except UpstreamError as exc:
-            grant.upstream_errors += 1
-            if exc.status >= 500 or exc.status == 429:
-                grant.unavailable = f"{exc.status}: {str(exc)[:300]}"
-            return self._upstream_error(protocol, exc)
-        self._account(grant, protocol, body, conv, reply, time.monotonic() - start)
+        except BaseException as exc:
+            grant.release(held)
+            if isinstance(exc, UpstreamRefused):
+                grant.failed = grant.failed or str(exc)
+                # As for a budget: a 401, which no client retries.
+                return self._error(protocol, 401, f"anyswe: {exc}", "authentication_error")
+            if isinstance(exc, UpstreamError):
+                grant.upstream_errors += 1
+                if exc.status >= 500 or exc.status == 429:
+                    grant.unavailable = f"{exc.status}: {str(exc)[:300]}"
+                return self._upstream_error(protocol, exc)
+            raise
+        self._account(grant, held, protocol, body, conv, reply, time.monotonic() - start)
         if not conv.stream:
             return await self._respond_json(protocol, reply, conv)
         return await self._respond_stream(request, protocol, reply, conv)
+
+    async def _read(self, request: web.Request, protocol: Wire) -> bytes | web.Response:
+        """The request's body, or the error that refuses it (too large: 413; too slow: 408)."""
+        from aiohttp import web
+
+        too_large = f"anyswe gateway: request bodies are limited to {self.limits.request_bytes} bytes"
+        if (request.content_length or 0) > self.limits.request_bytes:
+            return self._close(self._error(protocol, 413, too_large, "request_too_large"))
+        try:
+            async with asyncio.timeout(self.limits.body_seconds):
+                return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._close(self._error(protocol, 413, too_large, "request_too_large"))
+        except TimeoutError:
+            message = f"anyswe gateway: the request body took over {self.limits.body_seconds:g}s"
+            return self._close(self._error(protocol, 408, message, "timeout_error"))
+
+    @staticmethod
+    def _close(response: web.Response) -> web.Response:
+        """The response, and the connection closed after it (its unread body is not waited for)."""
+        response.force_close()
+        return response
 
     async def _respond_json(self, protocol: Wire, reply: Reply, conv: Conversation) -> web.Response:
         from aiohttp import web
@@ -290,26 +317,40 @@ class Gateway:
         return response
 
     def _account(
-        self, grant: Grant, protocol: Wire, body: Any, conv: Conversation, reply: Reply, latency: float
+        self,
+        grant: Grant,
+        held: Reservation,
+        protocol: Wire,
+        body: Any,
+        conv: Conversation,
+        reply: Reply,
+        latency: float,
     ) -> None:
-        grant.calls += 1
-        grant.usage = grant.usage + reply.usage
+        grant.settle(held, reply.usage)
         if grant.trajectory is None:
             return
-        record = {
-            "time": time.time(),
-            "latency_s": round(latency, 4),
-            "protocol": protocol,
-            "model": grant.model,
-            "conversation_hash": conversation_hash(conv.messages),
-            "request": body,
-            "reply": {
-                "text": reply.text,
-                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
-                "stop": reply.stop,
+        self._record(
+            grant,
+            {
+                "time": time.time(),
+                "latency_s": round(latency, 4),
+                "protocol": protocol,
+                "model": grant.model,
+                "conversation_hash": conversation_hash(conv.messages),
+                "request": body,
+                "reply": {
+                    "text": reply.text,
+                    "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
+                    "stop": reply.stop,
+                },
+                "usage": vars(reply.usage),
             },
-            "usage": vars(reply.usage),
-        }
+        )
+
+    def _record(self, grant: Grant, record: dict[str, Any]) -> None:
+        """One line in the task's trajectory (if it has one); a failure marks the task, never the call."""
+        if grant.trajectory is None:
+            return
         try:
             grant.trajectory.parent.mkdir(parents=True, exist_ok=True)
             with open(grant.trajectory, "a") as fh:

@@ -165,7 +165,9 @@ class SandboxProvider(ABC, Generic[C]):
         network = self._network(request)
         mounts = [Mount(str(await ensure_helper()), HELPER_PATH)]
         if request.gateway is not None:
-            mounts.append(Mount(str(Path(request.gateway.socket).parent), GATEWAY_DIR, read_only=False))
+            # The socket's directory is the task's own (the gateway's per-task socket, or a node relay's
+            # per unit), read-only: the task can neither remove nor replace it, nor see another's.
+            mounts.append(Mount(str(Path(request.gateway.socket).parent), GATEWAY_DIR))
         request = dataclasses.replace(request, mounts=(*request.mounts, *mounts))
         slot = await self.slots.take()
         try:

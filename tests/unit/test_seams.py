@@ -145,9 +145,14 @@ def test_a_real_model_gets_an_http_upstream_and_the_key_stays_in_the_driver(
     async def granted() -> tuple[str, object, str]:
         async with run_gateway(units) as gateway:
             assert gateway is not None
-            unit, token = grant(gateway, units[0], tmp_path / "task")
-            assert unit.endpoint is not None and token is not None
-            return unit.endpoint.token or "", gateway.revoke(token).upstream, repr(unit)
+            unit, token = await grant(gateway, units[0], tmp_path / "task")
+            assert unit.endpoint is not None and token is not None and unit.endpoint.socket is not None
+            # The task's own socket, in a directory of its own (what its sandbox mounts), gone when revoked.
+            own = Path(unit.endpoint.socket)
+            assert own.is_socket() and own.parent != gateway.socket.parent  # type: ignore[union-attr]
+            used = gateway.revoke(token)
+            assert not own.exists() and not own.parent.exists()
+            return unit.endpoint.token or "", used.upstream, repr(unit)
 
     token, upstream, unit_repr = asyncio.run(granted())
     assert isinstance(upstream, HttpUpstream) and token.startswith("anyswe-")
@@ -170,7 +175,7 @@ def test_units_that_run_elsewhere_get_only_the_gateways_relay_address(tmp_path: 
     async def granted(relay_host: str | None) -> tuple[object, int]:
         async with run_gateway(units, relay_host) as gateway:
             assert gateway is not None
-            unit, _ = grant(gateway, units[0], tmp_path / "task")
+            unit, _ = await grant(gateway, units[0], tmp_path / "task")
             endpoint = unit.endpoint
             assert endpoint is not None
             status = 0
@@ -199,7 +204,7 @@ def test_units_that_run_elsewhere_get_only_the_gateways_relay_address(tmp_path: 
         async def on_port() -> str:
             async with run_gateway(units, "127.0.0.1", port) as gateway:
                 assert gateway is not None
-                return str(grant(gateway, units[0], tmp_path / "task")[0].endpoint.relay)  # type: ignore[union-attr]
+                return str((await grant(gateway, units[0], tmp_path / "task"))[0].endpoint.relay)  # type: ignore[union-attr]
 
         with pytest.raises(
             RuntimeNotAvailable, match=r"cannot listen on 127\.0\.0\.1, port \d+ \(executor\.gateway_host"

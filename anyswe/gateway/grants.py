@@ -1,0 +1,158 @@
+"""A task's grant at the gateway: its budget, what it has used, and what calls in flight may still use.
+
+A budget is checked and reserved in one step, with no await between (:meth:`Grant.admit`), before
+the upstream is asked: a call in flight counts as a call, and holds the most tokens it may use, so
+parallel calls cannot all pass a check made before any of them is accounted. When the call ends its
+reservation is replaced by what it really used (:meth:`Grant.settle`), or given back if it failed
+(:meth:`Grant.release`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from anyswe.gateway.wire import Usage
+
+if TYPE_CHECKING:
+    from anyswe.gateway.server import Upstream
+
+#: The request fields that cap a reply's tokens, per protocol (whichever the request sets).
+_OUTPUT_CAPS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
+@dataclass
+class Budget:
+    """Per-task limits; None is unlimited. A call past one is refused and the task marked ``budget``."""
+
+    calls: int | None = None
+    tokens: int | None = None
+    seconds: float | None = None
+    #: The agent's own turn cap, for agents that have none (a call past it ends the task at max_iterations).
+    turns: int | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The gateway's own bounds on every task, whatever its budget says (a budget may be unset)."""
+
+    #: A request body larger than this is refused (413) unread.
+    request_bytes: int = 16 * 1024 * 1024
+    #: Request bytes one task's calls may have recorded; a call past it is refused.
+    task_bytes: int = 1024 * 1024 * 1024
+    #: Seconds a connection has to send a request's headers, from its start or its last reply (idle
+    #: keep-alive connections are closed after as long).
+    header_seconds: float = 60.0
+    #: Seconds a request has to send its body once its headers are in.
+    body_seconds: float = 120.0
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What one admitted call holds until it settles: one call, ``tokens`` of the token budget and its
+    request's ``size`` in bytes of the task's recording cap."""
+
+    tokens: int
+    size: int = 0
+
+
+def token_bound(body: Any, size: int) -> int | None:
+    """The most tokens a request may use: its input (no more tokens than bytes) plus its output cap.
+
+    None when the request sets no output cap (it may then use whatever is left).
+    """
+    caps = [body.get(k) for k in _OUTPUT_CAPS] if isinstance(body, dict) else []
+    cap = next((c for c in caps if isinstance(c, int) and not isinstance(c, bool) and c >= 0), None)
+    return None if cap is None else size + cap
+
+
+@dataclass
+class Grant:
+    """One task's access: its model, upstream, trajectory file, usage so far and budget."""
+
+    key: str
+    model: str
+    upstream: Upstream
+    trajectory: Path | None = None
+    budget: Budget = field(default_factory=Budget)
+    calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    exhausted: str | None = None
+    first_call: float | None = None
+    #: Why the upstream refused for good (e.g. a replay that diverged): the task's error.
+    failed: str | None = None
+    #: Calls the upstream failed (rate limits, server errors) that the agent may have retried.
+    upstream_errors: int = 0
+    #: The last failure that says the model was unreachable (a connection, a 5xx, a 429), if any.
+    unavailable: str | None = None
+    #: Why a call could not be recorded (the host's disk): the task's trajectory is incomplete.
+    unrecorded: str | None = None
+    active: bool = True
+    #: Calls admitted whose upstream has not answered yet, and the tokens they hold.
+    pending_calls: int = 0
+    pending_tokens: int = 0
+    #: Request bytes this task's calls may have recorded (None: no cap), those recorded, those in flight.
+    record_cap: int | None = None
+    recorded: int = 0
+    pending_bytes: int = 0
+    #: Calls refused (budget or recording cap) so far; whether the trajectory notes the cap's refusal.
+    refused: int = 0
+    cap_noted: bool = False
+
+    def tokens_held(self) -> int:
+        """Tokens used so far plus those reserved by calls in flight."""
+        return self.usage.input_tokens + self.usage.output_tokens + self.pending_tokens
+
+    def over_budget(self) -> str | None:
+        """The limit a new call would pass (calls in flight count as made), or None."""
+        calls = self.calls + self.pending_calls
+        if self.budget.turns is not None and calls >= self.budget.turns:
+            return f"turns ({self.budget.turns})"
+        if self.budget.calls is not None and calls >= self.budget.calls:
+            return f"calls ({self.budget.calls})"
+        started, seconds = self.first_call, self.budget.seconds
+        if seconds is not None and started is not None and time.monotonic() - started >= seconds:
+            return f"seconds ({seconds:g})"
+        if self.budget.tokens is not None and self.tokens_held() >= self.budget.tokens:
+            return f"tokens ({self.budget.tokens})"
+        return None
+
+    def admit(self, body: Any, size: int) -> Reservation | str:
+        """Check the budget and reserve this call's share at once: its Reservation, or the limit refusing it.
+
+        Synchronous on purpose: nothing else runs on the event loop between the check and the
+        reservation. ``size``: the request body's bytes (a bound on its input tokens).
+        """
+        limit = self.over_budget()
+        cap = self.record_cap
+        if limit is None and cap is not None and self.recorded + self.pending_bytes + size > cap:
+            limit = f"recorded bytes ({cap})"
+        if limit is not None:
+            self.exhausted = self.exhausted or limit
+            self.refused += 1
+            return limit
+        tokens = 0
+        if self.budget.tokens is not None:
+            left = self.budget.tokens - self.tokens_held()
+            bound = token_bound(body, size)
+            tokens = left if bound is None else min(left, bound)
+        self.pending_calls += 1
+        self.pending_tokens += tokens
+        self.pending_bytes += size
+        self.first_call = self.first_call or time.monotonic()
+        return Reservation(tokens, size)
+
+    def release(self, held: Reservation) -> None:
+        """Give back a call's reservation (it failed, or is about to be settled)."""
+        self.pending_calls -= 1
+        self.pending_tokens -= held.tokens
+        self.pending_bytes -= held.size
+
+    def settle(self, held: Reservation, usage: Usage) -> None:
+        """Replace a call's reservation with what it really used."""
+        self.release(held)
+        self.calls += 1
+        self.usage = self.usage + usage
+        self.recorded += held.size
