@@ -79,8 +79,16 @@ def _start(*args: str) -> subprocess.Popen[bytes]:
     )
 
 
+def _ensure_token() -> None:
+    """What a user does once before a token-authenticated cluster: make ~/.ray/auth_token if there is
+    none (`ray start` never makes it; a fresh machine has none). Its output is the token: kept quiet."""
+    r = subprocess.run([RAY, "get-auth-token", "--generate"], env=ENV, capture_output=True, check=False)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")[-2000:]
+
+
 @contextmanager
 def ray_cluster() -> Iterator[Cluster]:
+    _ensure_token()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
