@@ -46,15 +46,9 @@ class RunSummary:
     permanent: int = 0
 
     def __str__(self) -> str:
-        kinds = ", ".join(
-            f"{n} {kind}"
-            + (
-                f" ({self.permanent} permanent: fix the image, then apply again)"
-                if kind == "infra" and self.permanent
-                else ""
-            )
-            for kind, n in sorted(self.error_kinds.items())
-        )
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(self.error_kinds.items()))
+        if self.permanent:
+            kinds += f" ({self.permanent} infra permanent: fix the image, then apply again)"
         return (
             f"{self.run_dir}: {self.planned} tasks planned, {self.skipped} already done, {self.ran} run "
             f"({self.resolved} resolved, {self.errors} with errors{': ' + kinds if kinds else ''})"

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 # commit in an official image, or the base commit itself): what lies between the base and it is
 # reported for the host to judge, then refs whose commit is not HEAD or one of its ancestors are
 # deleted (as swebench's own image script deletes later tags), then reflogs, then every unreachable
-# object. Output, one item a line: head, commit (base..HEAD, at most 50), file (base..HEAD, NUL-free
-# quoted paths, at most 20001: more than 20000 means "not all listed"), then the finding.
+# object. Output, one item a line: head, commit (base..HEAD, at most 50), file (base..HEAD, as
+# unidiff names them on the host: unquoted unless a name holds a control character; at most 20001:
+# more than 20000 means "not all listed"), then the finding.
 _SEAL = r"""
 base=$1
 if ! git rev-parse -q --verify "$base^{commit}" >/dev/null 2>&1; then
@@ -42,7 +43,7 @@ head=$(git rev-parse -q --verify "HEAD^{commit}" 2>/dev/null) || { echo "no-head
 echo "head $head"
 git merge-base --is-ancestor "$base" "$head" || { echo "not-descendant"; exit 0; }
 git log --format='commit %H %s' -n 50 "$base..$head" --
-git -c core.quotePath=true diff --no-ext-diff --no-renames --name-only "$base" "$head" -- \
+git -c core.quotePath=false diff --no-ext-diff --no-renames --name-only "$base" "$head" -- \
   | head -n 20001 | sed "s/^/file /"
 future=$(git rev-list -n 1 --all --not "$head" --)
 reflogs=$(git reflog --all --format=%H 2>/dev/null | head -n 1)

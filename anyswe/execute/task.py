@@ -165,7 +165,7 @@ async def work(
         trace.log_lines.append(f"repository before the agent: {seal.finding}")
     # Computed here, on the host: neither patch ever enters the agent's sandbox.
     check_starting_point(seal, base, forbidden_files(unit.instance), harness.workdir)
-    if seal.head != base:
+    if seal.commits:
         trace.log_lines.append(f"starting point: {seal.head}, {len(seal.commits)} commit(s) after the base {base}")
     run = await trace.timed("time_agent", run_agent(agent, ctx, unit.agent_timeout))
     # A sandbox killed under the agent makes its failure (or its submission) no result of its own.
@@ -335,7 +335,7 @@ def classify(
         "trajectory_path": outcome.trajectory_path,
         "error_kind": error_kind,
         "error": error,
-        "error_permanent": trace.error_permanent and error_kind == "infra",
+        "error_permanent": trace.error_permanent,
         "mask_sample": mask_sample(
             error_kind=error_kind, agent_timed_out=timed_out, resolved=resolved, exit_reason=outcome.exit_reason
         ),

@@ -153,24 +153,18 @@ def eval_script(instance: Instance) -> str:
     ``make_test_spec`` would also build the environment script, which downloads requirement files
     for many instances; grading needs only the eval script.
     """
-    _swebench()
-    from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
+    specs = instance_specs(instance)
     from swebench.harness.test_spec.create_scripts import make_eval_script_list
 
-    try:
-        specs = MAP_REPO_VERSION_TO_SPECS[instance.repo][instance.version]
-    except KeyError:
-        raise GradingError(
-            f"{instance.instance_id}: swebench {REQUIRED_VERSION} has no spec for repo {instance.repo!r} "
-            f"version {instance.version!r}"
-        ) from None
     lines = make_eval_script_list(
         _row(instance), specs, "testbed", "/testbed", instance.base_commit, instance.test_patch
     )
     return "\n".join(["#!/bin/bash", "set -uxo pipefail", *lines]) + "\n"
 
 
-def _specs(instance: Instance) -> dict[str, Any]:
+def instance_specs(instance: Instance) -> dict[str, Any]:
+    """swebench's spec (python, install, pre_install, test_cmd, ...) for ``instance``'s repo and version."""
+    _swebench()
     from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
 
     try:
@@ -194,7 +188,7 @@ def repo_script(instance: Instance, *, clone_from: str | None = None) -> str:
     _swebench()
     from swebench.harness.test_spec.create_scripts import make_repo_script_list
 
-    lines = make_repo_script_list(_specs(instance), instance.repo, "/testbed", instance.base_commit, "testbed")
+    lines = make_repo_script_list(instance_specs(instance), instance.repo, "/testbed", instance.base_commit, "testbed")
     if clone_from is not None:
         url = f"https://github.com/{instance.repo}"
         at = next((n for n, line in enumerate(lines) if line.startswith("git clone ") and url in line), None)
@@ -216,7 +210,7 @@ def env_script(instance: Instance) -> str:
     _swebench()
     from swebench.harness.test_spec.create_scripts import make_env_script_list
 
-    lines = make_env_script_list(_row(instance), _specs(instance), "testbed")
+    lines = make_env_script_list(_row(instance), instance_specs(instance), "testbed")
     return "\n".join(["#!/bin/bash", "set -euxo pipefail", *lines]) + "\n"
 
 

@@ -109,14 +109,9 @@ def _specs(instance: Instance) -> dict[str, object]:
     from anyswe.grading import swebench as sb
 
     try:
-        return dict(sb.repo_version_specs()[instance.repo][instance.version])
-    except KeyError:
-        raise ImageBuildError(
-            f"{instance.instance_id}: swebench {sb.REQUIRED_VERSION} has no spec for {instance.repo} "
-            f"version {instance.version}: no image can be built the way swebench builds it"
-        ) from None
-    except GradingError as exc:
-        raise ImageBuildError(f"{instance.instance_id}: {exc}") from None
+        return sb.instance_specs(instance)
+    except GradingError as exc:  # no spec for the repo or version, or no usable swebench
+        raise ImageBuildError(f"{exc}: no image can be built the way swebench builds it") from None
 
 
 def debian_release(instance: Instance) -> str:

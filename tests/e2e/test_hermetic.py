@@ -199,7 +199,7 @@ def test_an_image_that_is_not_the_instances_never_runs_the_agent_and_is_not_retr
 
         attempts = read_results(exp.run_dir / "results.jsonl")  # every attempt's row, not just the latest
         assert len(attempts) == 4 and summary.ran == 4, attempts  # one attempt each: none was retried
-        assert "4 infra (4 permanent" in str(summary), str(summary)
+        assert "4 infra (4 infra permanent" in str(summary), str(summary)
         rows = {r["provider"]: r for r in exp.results().iter_rows(named=True)}
         base = load_dataset("demo").by_id()["demo__inventory-4"].base_commit
         assert "change files the reference or test patch touches (inventory.py)" in rows["ahead"]["error"]
