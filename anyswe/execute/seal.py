@@ -22,18 +22,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from anyswe.errors import InfraError, WrongImage
+from anyswe.execute.capture import CLEAN_GIT
 
 if TYPE_CHECKING:
     from anyswe.sandbox import Sandbox
 
-# $1: the base commit. The starting point is the commit HEAD is at (swebench's "SWE-bench" setup
-# commit in an official image, or the base commit itself): what lies between the base and it is
+# $1: the base commit; git runs with anyswe's clean configuration (capture.CLEAN_GIT). The starting
+# point is the commit HEAD is at (swebench's "SWE-bench" setup commit in an official image, or the
+# base commit itself): what lies between the base and it is
 # reported for the host to judge, then refs whose commit is not HEAD or one of its ancestors are
 # deleted (as swebench's own image script deletes later tags), then reflogs, then every unreachable
 # object. Output, one item a line: head, commit (base..HEAD, at most 50), file (base..HEAD, as
 # unidiff names them on the host: unquoted unless a name holds a control character; at most 20001:
 # more than 20000 means "not all listed"), then the finding.
-_SEAL = r"""
+_SEAL = (
+    CLEAN_GIT
+    + r"""
 base=$1
 if ! git rev-parse -q --verify "$base^{commit}" >/dev/null 2>&1; then
   if why=$(git rev-parse --git-dir 2>&1); then why="the base commit is not in it"; fi
@@ -56,6 +60,7 @@ git reflog expire --expire=now --all
 git -c gc.auto=0 gc --prune=now --quiet
 echo "cleaned"
 """
+)
 
 
 _MAX_FILES = 20000

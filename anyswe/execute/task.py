@@ -30,6 +30,7 @@ from anyswe._files import task_state_dir
 from anyswe._threads import in_thread
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import GradingError, InfraError
+from anyswe.execute.capture import PatchCaptureFailed, capture_patch
 from anyswe.execute.seal import SealedImages, check_starting_point, seal_repository
 from anyswe.execute.unit import TaskOutput
 from anyswe.grading import get_harness
@@ -97,30 +98,6 @@ def mask_sample(*, error_kind: str | None, agent_timed_out: bool, resolved: bool
 # -- phases ---------------------------------------------------------------------------------------
 
 
-# Whatever the image's or the agent's git config says (color, no prefixes, less context, an
-# external diff or a textconv), the patch is in the one form `git apply` takes.
-_CAPTURE = (
-    'git add -A "${@:2}" && git -c color.ui=never -c diff.noprefix=false -c core.quotePath=false '
-    'diff --cached --binary --no-color --no-ext-diff --no-textconv --src-prefix=a/ --dst-prefix=b/ -U3 "$1"'
-)
-
-
-async def capture_patch(sandbox: Sandbox[Any], workdir: str, start: str, excludes: tuple[str, ...] = ()) -> str:
-    """Everything the agent changed, new files included, as a binary git diff against ``start``.
-
-    ``start`` is the commit the repository was at when the agent began (the image's setup commit
-    in a SWE-bench image), not HEAD, so an agent that commits its work is still captured, and not
-    the base commit, whose diff would carry the reverse of the image's setup edits. The grader
-    applies it to a fresh sandbox of the same image, which has those edits already.
-    ``excludes``: paths the agent wrote for itself (its state, its logs), not part of its fix.
-    """
-    pathspec = ["--", ".", *(f":(exclude){p}" for p in excludes)] if excludes else []
-    r = await sandbox.exec(["bash", "-c", _CAPTURE, "capture", start, *pathspec], workdir=workdir, timeout=300)
-    if r.exit_code != 0:
-        raise InfraError(f"patch capture failed (exit {r.exit_code}): {r.stderr.strip()[-500:]}")
-    return r.stdout
-
-
 async def run_agent(agent: Agent, ctx: AgentContext, timeout: float) -> AgentRun:
     """The agent phase: its own failures are recorded (its work is still graded); infra errors propagate."""
     try:
@@ -172,9 +149,13 @@ async def work(
     await sandbox.check_alive("the agent's work", settle=2 if run.error or run.timed_out else 0)
     patch = run.outcome.submitted_patch
     if patch is None:
-        patch = await trace.timed(
-            "time_patch_capture", capture_patch(sandbox, harness.workdir, seal.head, agent.capture_excludes)
-        )
+        capture = capture_patch(sandbox, harness.workdir, seal.head, agent.capture_excludes)
+        try:
+            patch = await trace.timed("time_patch_capture", capture)
+        except PatchCaptureFailed as exc:
+            await sandbox.check_alive("the patch capture", settle=2)  # a sandbox lost is not the agent's
+            run = dataclasses.replace(run, error="; ".join(filter(None, (run.error, f"{type(exc).__name__}: {exc}"))))
+            patch = ""
     return run, patch
 
 

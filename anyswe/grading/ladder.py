@@ -5,7 +5,6 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from anyswe.errors import SandboxLost
 from anyswe.grading import swebench as sb
 from anyswe.grading.base import Harness, Verdict
 
@@ -15,8 +14,8 @@ if TYPE_CHECKING:
 
 PATCH_PATH = "/tmp/patch.diff"
 EVAL_PATH = "/eval.sh"
-# Printed after the eval script returns: its absence means the script was cut short (its sandbox
-# killed, stopped or OOM-killed), so its output is no verdict. Removed before the log is graded.
+# Printed after the eval script returns: its absence means the script was cut short, by its sandbox's
+# death (no verdict) or by the tests' own processes (see grade_patch). Removed before the log is graded.
 END_MARKER = "ANYSWE-EVAL-END"
 
 
@@ -74,16 +73,19 @@ async def grade_patch(
     script_then_marker = f"/bin/bash {EVAL_PATH} 2>&1; rc=$?; echo; echo {END_MARKER} $rc"
     r = await sandbox.exec(["bash", "-c", script_then_marker], workdir=harness.workdir, timeout=timeout)
     output, ended = split_end_marker(r.stdout)
+    note = ""
     if not ended:
+        # A sandbox that died under the tests is no verdict (SandboxLost, raised here). One still
+        # alive was not ended from outside: nothing inside can end its PID 1, so what cut the script
+        # short is the tests' own processes (the patch's conftest killing every process, say). That
+        # is the patch's doing, graded on the output as it stands, as swebench grades such a log.
         await sandbox.check_alive("the eval script", settle=5)
         if not r.timed_out:
-            raise SandboxLost(
-                f"the eval script in sandbox {sandbox.name} was cut short (exit {r.exit_code}, no end marker); "
-                "its output is not a verdict"
-            )
+            note = f"\nanyswe: the eval script was ended from inside the sandbox (exit {r.exit_code}, no end marker)\n"
     if r.timed_out:
         output += f"\n{sb.TESTS_TIMEOUT} after {timeout:g} seconds\n"
     verdict = harness.grade_log(instance, output)
+    output += note
     return Verdict(
         resolved=verdict.resolved,
         patch_exists=True,

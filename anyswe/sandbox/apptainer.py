@@ -32,6 +32,7 @@ from anyswe import _proc
 from anyswe._threads import in_thread
 from anyswe.errors import DatasetError, ImageNotFound, RuntimeNotAvailable, SandboxStartError
 from anyswe.sandbox.base import Sandbox
+from anyswe.sandbox.helper import HELPER_PATH
 from anyswe.sandbox.labels import NAME_PREFIX
 from anyswe.sandbox.provider import Provenance, SandboxProvider
 from anyswe.sandbox.request import (
@@ -199,9 +200,25 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         argv += ["--pid-file", str(state / PID_FILE)]
         for m in request.mounts:
             argv += ["--bind", f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"]
+        if self._own_init():
+            # PID 1 is then anyswe's helper (--boot runs /sbin/init), which nothing inside can end
+            # (helper/anyswe-exec.c, init mode). Apptainer's own PID 1 (appinit) exits on any signal
+            # once the instance's start script is done, so an agent's `kill -TERM 1` would end the
+            # instance and pass its own failure off as the infrastructure's.
+            helper = next(m.source for m in request.mounts if m.target == HELPER_PATH)
+            argv += ["--boot", "--bind", f"{helper}:/sbin/init:ro"]
+            if network not in ("none", "gateway"):
+                # --boot gives the instance a network namespace of its own: join the host's instead.
+                argv += ["--netns-path", f"/proc/{os.getpid()}/ns/net"]
         if network in ("none", "gateway"):
             argv += ["--net", "--network", "none"]
         return [*argv, *cfg.extra_options, request.image, request.name]
+
+    def _own_init(self) -> bool:
+        """Whether sandboxes get anyswe's PID 1: `--boot` is for root only, and a user namespace
+        (--fakeroot, --userns) asked for in extra options is not root's start."""
+        userns = {"--fakeroot", "-f", "--userns", "-u"} & set(self.config.extra_options)
+        return os.geteuid() == 0 and not userns
 
     async def _image_workdir(self, image: str) -> str:
         """The WORKDIR of the docker image a SIF was built from (its OCI config inside the SIF)."""
@@ -285,7 +302,11 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
     async def gone_reason(self, name: str) -> str | None:
         process = self._processes.get(name)
         running = _running(process) if process is not None else name in await self.running_instances()
-        return None if running else "the apptainer instance is no longer running (killed or stopped from outside)"
+        if running:
+            return None
+        if self._own_init():  # nothing inside can end anyswe's PID 1
+            return "the apptainer instance is no longer running (stopped or killed from outside)"
+        return "the apptainer instance is no longer running (apptainer's own PID 1: from outside or inside, unknown)"
 
     async def running_instances(self) -> list[str]:
         """Names of the anyswe instances running now (through spython's instance listing)."""

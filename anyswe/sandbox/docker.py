@@ -21,6 +21,7 @@ from anyswe import _proc
 from anyswe._threads import in_thread
 from anyswe.errors import ImageNotFound, RuntimeNotAvailable, SandboxStartError
 from anyswe.sandbox.base import Sandbox
+from anyswe.sandbox.helper import HELPER_PATH
 from anyswe.sandbox.labels import LABEL_MANAGED
 from anyswe.sandbox.provider import Provenance, SandboxProvider
 from anyswe.sandbox.request import (
@@ -159,7 +160,6 @@ class DockerProvider(SandboxProvider[DockerConfig]):
             "name": request.name,
             "hostname": SANDBOX_HOSTNAME,
             "labels": request.labels(),
-            "init": True,
             "pull": "never",
             "cpus": cfg.cpus,
             "memory": cfg.memory,
@@ -183,11 +183,14 @@ class DockerProvider(SandboxProvider[DockerConfig]):
                 "implicitly (`docker pull` it, or build it, first)"
             )
         try:
-            # `sleep infinity` as the entrypoint keeps the container up whatever the image's CMD.
+            # The helper as PID 1 keeps the container up whatever the image's CMD, and nothing inside
+            # can end it (helper/anyswe-exec.c, --init): a sandbox lost is the runtime's or the host's
+            # doing, never a way for the task to make its own failure an infrastructure one. docker's
+            # own --init (tini) would forward an inside `kill 1` to its child and exit.
             options = self._run_options(request, network)
 
             def run_container() -> tuple[Any, str | None]:
-                container = self._docker.run(request.image, ["infinity"], entrypoint="sleep", **options)
+                container = self._docker.run(request.image, ["--init"], entrypoint=HELPER_PATH, **options)
                 try:
                     # The image the container runs (python-on-whales has just inspected it), not
                     # what the tag names, which another build or pull may have moved meanwhile.
@@ -238,7 +241,8 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         code = state.exit_code
         if state.oom_killed:
             return f"the container was killed for exceeding its memory limit (OOMKilled, exit {code})"
-        # With --init, docker stop's SIGTERM ends the container with 143; a kill (SIGKILL) with 137.
+        # The helper's init ends with 143 on docker stop's SIGTERM, 137 on a kill (SIGKILL); nothing
+        # inside can end it, so any end is the runtime's or the host's.
         how = {137: "killed (SIGKILL: docker kill, the OOM killer or a preemption)", 143: "stopped (SIGTERM)"}
         return f"the container was {how.get(code or 0, f'ended ({state.status}, exit {code})')}"
 

@@ -19,6 +19,13 @@
  *   anyswe-exec [-u USER] --read PATH           PATH -> stdout
  *       file modes exit with the errno of the failure (2 not found, 13 permission denied,
  *       20 not a directory, 21 is a directory) and say which path on stderr.
+ *   anyswe-exec --init      (or no argument at all as PID 1: apptainer's --boot runs /sbin/init so)
+ *       the sandbox's PID 1. Nothing inside can end it: it ignores every signal sent from inside its
+ *       PID namespace (the kernel already drops SIGKILL and SIGSTOP from there), so an agent's
+ *       `kill -TERM 1`, or a test suite killing PID 1, cannot turn its own failure into a lost
+ *       sandbox. TERM, INT, HUP or QUIT from outside (the runtime's stop: the sender has no pid in
+ *       this namespace) end it with 128+N, as tini does; SIGKILL from outside ends it too. It reaps
+ *       every orphan (SIGCHLD ignored: the kernel reaps them).
  *   anyswe-exec --forward PORT SOCKET
  *       in the background, relay every TCP connection to 127.0.0.1:PORT to the unix socket SOCKET
  *       (a host service bind-mounted in): the one way out of a sandbox with no network. Returns
@@ -371,6 +378,26 @@ static void forward(int sig) {
     if (child > 0) kill(-child, sig);
 }
 
+/* A stop request from the runtime: the sender lives outside this PID namespace, so it has no pid here. */
+static void stop_from_outside(int sig, siginfo_t *info, void *unused) {
+    (void)unused;
+    if (info->si_pid == 0 && (info->si_code == SI_USER || info->si_code == SI_QUEUE || info->si_code == SI_TKILL))
+        _exit(128 + sig);
+}
+
+static _Noreturn void init_mode(void) {
+    struct sigaction stop = {0};
+    stop.sa_sigaction = stop_from_outside;
+    stop.sa_flags = SA_SIGINFO;
+    sigfillset(&stop.sa_mask);
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP) continue;
+        if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) sigaction(sig, &stop, NULL);
+        else signal(sig, SIG_IGN); /* SIGCHLD ignored: exiting orphans are reaped by the kernel */
+    }
+    for (;;) pause();
+}
+
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -429,6 +456,7 @@ int main(int argc, char **argv) {
     const char *dir = NULL, *user = NULL, *envfile = NULL, *argsfile = NULL;
     double timeout = 0, grace = 5;
     int i = 1;
+    if ((argc == 1 && getpid() == 1) || (argc == 2 && strcmp(argv[1], "--init") == 0)) init_mode();
     docker_like_caps();
     own_groups();
     for (; i < argc; i++) {
