@@ -42,6 +42,8 @@ class Limits:
     request_bytes: int = 16 * 1024 * 1024
     #: Request bytes one task's calls may have recorded; a call past it is refused.
     task_bytes: int = 1024 * 1024 * 1024
+    #: Calls one task may make, whatever its budget (a task without one is not unbounded).
+    task_calls: int = 10_000
     #: Seconds a connection has to send a request's headers, from its start or its last reply (idle
     #: keep-alive connections are closed after as long).
     header_seconds: float = 60.0
@@ -95,6 +97,8 @@ class Grant:
     pending_tokens: int = 0
     #: Request bytes this task's calls may have recorded (None: no cap), those recorded, those in flight.
     record_cap: int | None = None
+    #: Calls this task may make whatever its budget says (the gateway's own cap; None: none).
+    call_cap: int | None = None
     recorded: int = 0
     pending_bytes: int = 0
     #: Calls refused (budget or recording cap) so far; whether the trajectory notes the cap's refusal.
@@ -129,6 +133,8 @@ class Grant:
         cap = self.record_cap
         if limit is None and cap is not None and self.recorded + self.pending_bytes + size > cap:
             limit = f"recorded bytes ({cap})"
+        if limit is None and self.call_cap is not None and self.calls + self.pending_calls >= self.call_cap:
+            limit = f"calls (the gateway's cap, {self.call_cap})"
         if limit is not None:
             self.exhausted = self.exhausted or limit
             self.refused += 1

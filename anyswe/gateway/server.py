@@ -92,7 +92,15 @@ class Gateway:
     ) -> str:
         """A new token for task ``key`` on ``model`` (or the given one): the only credential the agent gets."""
         token = token or f"anyswe-{secrets.token_urlsafe(24)}"
-        grant = Grant(key, model, upstream, trajectory, budget or Budget(), record_cap=self.limits.task_bytes)
+        grant = Grant(
+            key,
+            model,
+            upstream,
+            trajectory,
+            budget or Budget(),
+            record_cap=self.limits.task_bytes,
+            call_cap=self.limits.task_calls,
+        )
         self._grants[token] = grant
         return token
 

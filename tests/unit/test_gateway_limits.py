@@ -229,6 +229,24 @@ async def test_a_task_past_its_recording_cap_is_refused_and_that_is_recorded(tmp
     assert len(ReplayModel.load(tmp_path / "traj.jsonl").records) == 3
 
 
+async def test_a_task_without_a_budget_is_held_to_the_gateways_call_cap(tmp_path: Path) -> None:
+    body = _body("openai-chat", False)
+    async with Gateway(limits=Limits(task_calls=2)) as gw:
+        await gw.start()
+        token = gw.grant("t", "m", ScriptedModel(["ls"] * 10), trajectory=tmp_path / "traj.jsonl")  # no budget
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as session:
+
+            async def call() -> int:
+                async with session.post(gw.url() + "/v1/chat/completions", data=json.dumps(body), headers=headers) as r:
+                    return r.status
+
+            statuses = await asyncio.gather(*(call() for _ in range(12)))  # at once: admitted atomically
+        assert sorted(statuses) == [200, 200] + [401] * 10, statuses
+        used = gw.revoke(token)
+        assert used.calls == 2 and used.exhausted == "calls (the gateway's cap, 2)"
+
+
 async def _closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, trickle: bytes) -> bytes:
     """Keep sending ``trickle`` a byte at a time until the gateway closes the connection; what it sent back.
 
