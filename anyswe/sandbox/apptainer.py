@@ -366,17 +366,22 @@ def _instance_labels(pid: int | None) -> dict[str, str] | None:
     """The labels an instance was started with, read from the instance itself (None: unknown).
 
     Apptainer keeps an instance's start configuration, the ``--env`` values included, in the
-    environment of the instance's process (``ENGINE_CONFIG<n>`` chunks of JSON).
+    environment of the instance's process (``ENGINE_CONFIG<n>`` chunks of JSON), or of its parent
+    when the process is anyswe's own init (``--boot``).
     """
     if not pid:
         return None
     try:
-        environ = dict(
-            item.split(b"=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in item
-        )
+        environ = _environ(pid)
+        if b"ENGINE_CONFIG1" not in environ:  # --boot: the instance's process is anyswe's init, its parent apptainer's
+            environ = _environ(int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]))
         chunks = int(environ.get(b"ENGINE_CONFIG_CHUNKS", b"1"))
         config = json.loads(b"".join(environ.get(f"ENGINE_CONFIG{i}".encode(), b"") for i in range(1, chunks + 1)))
         labels = json.loads(config["engineConfig"]["jsonConfig"]["apptainerEnv"][LABELS_ENV])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return {str(k): str(v) for k, v in labels.items()}
+
+
+def _environ(pid: int) -> dict[bytes, bytes]:
+    return dict(item.split(b"=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in item)

@@ -14,6 +14,7 @@ import pytest
 
 from anyswe.errors import AnysweError, ImageNotFound, InfraError, SandboxExecError, SandboxStartError
 from anyswe.sandbox import get_provider
+from anyswe.sandbox.helper import HELPER_PATH
 
 pytestmark = pytest.mark.containers
 
@@ -362,7 +363,9 @@ def test_docker_limits_and_labels(docker_image: str) -> None:
         async with provider.sandbox(docker_image, run_id="r1", task_id="t1") as sb:
             c = docker.container.inspect(sb.name)
             assert c.host_config.nano_cpus == 1_500_000_000 and c.host_config.memory == 256 * 1024 * 1024
-            assert c.host_config.network_mode == "none" and c.host_config.init is True
+            assert c.host_config.network_mode == "none"
+            # PID 1 is anyswe's helper in init mode, not docker's tini (which an inside `kill 1` ends).
+            assert c.config.entrypoint == [HELPER_PATH] and c.config.cmd == ["--init"] and not c.host_config.init
             assert c.config.labels["anyswe.run_id"] == "r1" and c.config.labels["anyswe.task_id"] == "t1"
             assert c.config.labels["anyswe.session"] == os.environ["ANYSWE_SESSION"]
             r = await sb.exec(
