@@ -29,7 +29,9 @@ from anyswe.errors import (
 
 if TYPE_CHECKING:
     from anyswe.datasets import load_dataset
+    from anyswe.execute.grade import grade, grade_async
     from anyswe.experiment import Experiment
+    from anyswe.grading import Verdict
     from anyswe.prepare import gold_check, prepare_dataset, prepare_images
     from anyswe.results.compare import compare_by, compare_cells, compare_runs
     from anyswe.results.tables import cell_table, instance_matrix, repo_table, task_frame
@@ -40,6 +42,9 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Experiment": "anyswe.experiment",
+    "grade": "anyswe.execute.grade",
+    "grade_async": "anyswe.execute.grade",
+    "Verdict": "anyswe.grading",
     "Spec": "anyswe.spec",
     "load_spec": "anyswe.spec",
     "load_dataset": "anyswe.datasets",
@@ -80,12 +85,15 @@ __all__ = [
     "SandboxStartError",
     "Spec",
     "SpecError",
+    "Verdict",
     "cell_table",
     "compare_by",
     "compare_cells",
     "compare_runs",
     "get_provider",
     "gold_check",
+    "grade",
+    "grade_async",
     "instance_matrix",
     "load_dataset",
     "load_spec",

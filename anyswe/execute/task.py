@@ -11,7 +11,6 @@ bug in anyswe is ``"internal"``. Nothing here writes files: the artefacts travel
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -20,7 +19,7 @@ import json
 import shutil
 import time
 import traceback
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,10 +30,10 @@ from anyswe._threads import in_thread
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import GradingError, InfraError
 from anyswe.execute.capture import PatchCaptureFailed, capture_patch
+from anyswe.execute.grade import grade_in_sandbox, stopped_on_failure
 from anyswe.execute.seal import SealedImages, check_starting_point, seal_repository
 from anyswe.execute.unit import TaskOutput
 from anyswe.grading import get_harness
-from anyswe.grading.ladder import empty_patch_verdict, grade_patch
 from anyswe.grading.swebench import touched_files
 from anyswe.results.schema import TIME_FIELDS, TaskResult
 from anyswe.sandbox import SandboxRequest
@@ -161,27 +160,8 @@ async def work(
 
 async def grade(unit: WorkUnit, provider: SandboxProvider[Any], image: str, harness: Harness, patch: str) -> Verdict:
     """The grading phase, in a fresh sandbox: nothing the agent did outside its patch reaches the tests."""
-    if not patch.strip():
-        return empty_patch_verdict(unit.instance, harness)
-    request = SandboxRequest(image, run_id=unit.run_id, task_id=unit.key, phase="grading")
-    grader = await provider.start(request)
-    with _stopped_on_failure(grader):
-        verdict = await grade_patch(grader, unit.instance, harness, patch, timeout=unit.grading_timeout)
-    provider.stop_later(grader)  # the verdict is in; the runtime's teardown is off the task's path
-    return verdict
-
-
-@contextlib.contextmanager
-def _stopped_on_failure(sandbox: Sandbox[Any], cleanup: Callable[[], None] | None = None) -> Iterator[None]:
-    """On an error or a cancellation, remove the sandbox before going on (as ``async with`` would);
-    on success the caller hands it to ``stop_later``."""
-    try:
-        yield
-    except BaseException:
-        # A synchronous context manager cannot await: the removal runs as its own task, which the
-        # run's sweep waits for (and a cancellation cannot interrupt).
-        sandbox.provider.stop_later(sandbox, cleanup)
-        raise
+    ids = {"run_id": unit.run_id, "task_id": unit.key}
+    return await grade_in_sandbox(provider, image, unit.instance, harness, patch, timeout=unit.grading_timeout, **ids)
 
 
 def forbidden_files(instance: Instance) -> set[str]:
@@ -227,7 +207,7 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
         except BaseException:
             remove_state()
             raise
-        with _stopped_on_failure(sandbox, remove_state):
+        with stopped_on_failure(sandbox, remove_state):
             key = _image_key(sandbox, harness.workdir, unit.instance.base_commit)
             run, patch = await work(unit, agent, harness, sandbox, trace, state_dir, worker.seals, key)
         # The grading sandbox starts while the agent's is being removed.

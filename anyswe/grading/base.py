@@ -23,6 +23,11 @@ class Verdict:
     eval_script: str = ""
     apply_log: str = ""
     tests_timed_out: bool = False
+    #: Filled in by ``anyswe.grade``: the harness, the image graded in and its digests (a run's row has them too).
+    harness: str | None = None
+    image: str | None = None
+    image_digest: str | None = None
+    image_source_digest: str | None = None
 
     def report(self, instance_id: str) -> dict[str, Any]:
         """``report.json`` in swebench's shape."""
