@@ -22,6 +22,19 @@ test: setup lint
     bash scripts/provision.sh image-bullseye
     uv run pytest
 
+# The fast tier: lint, type-check, every test that needs no docker, apptainer or Ray (about two
+# minutes; no provisioning, so it runs on a laptop and first in CI).
+test-unit:
+    uv sync --frozen --all-extras
+    just lint
+    uv run pytest -m "not containers"
+
+# The container tier alone (tests marked `containers`: real runtimes, sandboxes, Ray).
+test-containers: setup lint
+    bash scripts/provision.sh browser
+    bash scripts/provision.sh image-bullseye
+    uv run pytest -m containers
+
 lint:
     uv run ruff check anyswe tests bench notebooks
     uv run ruff format --check anyswe tests bench
