@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 from pathlib import Path
@@ -20,9 +21,9 @@ def rng(request: pytest.FixtureRequest) -> random.Random:
     """This test's own generator (seeded by the session's seed and the test's id, so a test run alone
     repeats what it did in the whole suite), its seed printed past pytest's capture and kept as a
     report section that a failure shows."""
-    capture = request.config.pluginmanager.getplugin("capturemanager")
+    capture = request.config.pluginmanager.getplugin("capturemanager")  # None under -p no:capture
     line = f"fault seed {SEED} ({SEED_VAR}={SEED} to repeat {request.node.nodeid})"
-    with capture.global_and_fixture_disabled():
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
         print(f"\n{line}")
     request.node.add_report_section("setup", "fault seed", line)
     return random.Random(f"{SEED}:{request.node.nodeid}")
