@@ -117,13 +117,14 @@ def test_every_stop_signal_cancels_and_waits_for_teardown(sig: signal.Signals, s
     proc = subprocess.Popen(
         [sys.executable, "-c", STOPPABLE],
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         preexec_fn=ignore_sigint if sigint_ignored else None,
     )
     assert proc.stdout is not None and proc.stdout.readline() == "started\n"
     proc.send_signal(sig)
-    out, _ = proc.communicate(timeout=30)
-    assert (proc.returncode, out) == (128 + sig, f"torn down\nstopped by {sig.name}\n")
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (128 + sig, f"torn down\nstopped by {sig.name}\n"), err
 
 
 def test_an_ignored_sigint_stays_ignored() -> None:
