@@ -89,7 +89,7 @@ async def work():
     try:
         await asyncio.sleep(60)
     except asyncio.CancelledError:
-        await asyncio.sleep(0.2)  # a teardown that takes a moment
+        await asyncio.sleep(float(sys.argv[1]))  # a teardown that takes a moment
         print("torn down", flush=True)
         raise
 
@@ -115,7 +115,7 @@ def test_every_stop_signal_cancels_and_waits_for_teardown(sig: signal.Signals, s
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     proc = subprocess.Popen(
-        [sys.executable, "-c", STOPPABLE],
+        [sys.executable, "-c", STOPPABLE, "0.2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -130,7 +130,7 @@ def test_every_stop_signal_cancels_and_waits_for_teardown(sig: signal.Signals, s
 def test_an_ignored_sigint_stays_ignored() -> None:
     """The shell ignored SIGINT for a background job (a terminal's Ctrl-C is not for it): so does the run."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", STOPPABLE],
+        [sys.executable, "-c", STOPPABLE, "0.2"],
         stdout=subprocess.PIPE,
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
@@ -141,3 +141,14 @@ def test_an_ignored_sigint_stays_ignored() -> None:
     assert proc.poll() is None
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+
+
+def test_a_second_signal_forces_the_exit_during_the_teardown() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", STOPPABLE, "60"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "started\n"
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(1)  # into the minute-long teardown
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGHUP)
+    out, _ = proc.communicate(timeout=30)
+    assert (proc.returncode, out) == (128 + signal.SIGHUP, "stopped by SIGHUP\n")
