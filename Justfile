@@ -22,6 +22,19 @@ test: setup lint
     bash scripts/provision.sh image-bullseye
     uv run pytest
 
+# No provisioning: it runs on a laptop, as any user, and first in CI (under 3 minutes on 2 idle cores).
+# The fast tier: lint, type-check, then every test that needs no docker, apptainer or Ray.
+test-unit:
+    uv sync --frozen --all-extras
+    just lint
+    uv run pytest -m "not containers"
+
+# The container tier alone (tests marked `containers`: real runtimes, sandboxes, Ray).
+test-containers: setup lint
+    bash scripts/provision.sh browser
+    bash scripts/provision.sh image-bullseye
+    uv run pytest -m containers
+
 lint:
     uv run ruff check anyswe tests bench notebooks
     uv run ruff format --check anyswe tests bench

@@ -1,13 +1,57 @@
-"""Run a coroutine to completion from sync code, including inside Jupyter's running event loop."""
+"""Run a coroutine to completion from sync code, including inside Jupyter's running event loop, and
+the CLI's run that every stop signal ends the same way."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+#: Besides Ctrl-C, what stops a CLI run gracefully: a scheduler's time limit or `docker stop`
+#: (SIGTERM), a closed terminal (SIGHUP).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def run_stoppable(coro: Coroutine[Any, Any, T], received: list[int]) -> T:
+    """``asyncio.run`` in the main thread, where Ctrl-C, SIGTERM and SIGHUP all stop the run alike:
+    the first cancels it and waits for its teardown (sandboxes removed, finished results kept), then
+    raises KeyboardInterrupt; a second raises KeyboardInterrupt at once (the forced exit). Each signal
+    received is appended to ``received``.
+
+    Not routed through SIGINT (asyncio's own Ctrl-C handling): a background job of a
+    non-interactive shell (``anyswe apply ... &``) starts with SIGINT ignored, asyncio then installs
+    no handler, and a SIGTERM raised as SIGINT did nothing at all. SIGINT keeps the disposition it
+    came with: ignored stays ignored, as the shell meant (a terminal's Ctrl-C is not for background jobs).
+    """
+    signals = [*STOP_SIGNALS]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signals.append(signal.SIGINT)
+    with asyncio.Runner() as runner:
+        loop = runner.get_loop()
+        task = loop.create_task(coro)
+
+        def stop(signum: int, frame: object) -> None:
+            received.append(signum)
+            if len(received) == 1 and not task.done():
+                task.cancel()
+                loop.call_soon_threadsafe(lambda: None)  # wakes a loop blocked in a long select()
+                return
+            raise KeyboardInterrupt
+
+        previous = {s: signal.signal(s, stop) for s in signals}
+        try:
+            return loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            if received:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

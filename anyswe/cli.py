@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -178,15 +176,15 @@ def apply(
     address: Annotated[str | None, typer.Option("--address", help="Ray cluster address (host:port, or auto).")] = None,
 ) -> None:
     """Run every task of a spec not already finished in its run directory (re-apply to resume)."""
-    from anyswe._sync import run_sync
+    from anyswe._sync import run_stoppable
     from anyswe.experiment import Experiment
 
     exp = None
+    received: list[int] = []  # the stop signals, in order
     try:
         exp = Experiment.load(spec, overrides=set_ or (), run_dir=out)
         _warn(exp.planned.warnings)
-        with _stop_signals_interrupt() as received:
-            summary = run_sync(exp.run_async(concurrency=concurrency, executor=executor, address=address))
+        summary = run_stoppable(exp.run_async(concurrency=concurrency, executor=executor, address=address), received)
     except AnysweError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -208,27 +206,6 @@ def apply(
             err=True,
         )
         raise typer.Exit(code=1)
-
-
-@contextlib.contextmanager
-def _stop_signals_interrupt() -> Iterator[list[int]]:
-    """SIGTERM and SIGHUP (a scheduler's time limit, ``docker stop``, a closed terminal) act as Ctrl-C.
-
-    The first stops launching and tears down running sandboxes, keeping every finished result; a
-    second forces the exit (as a second Ctrl-C does). Yields the signals received, in order.
-    """
-    received: list[int] = []
-
-    def interrupt(signum: int, frame: object) -> None:
-        received.append(signum)
-        signal.raise_signal(signal.SIGINT)  # asyncio's own SIGINT handling: cancel, then force
-
-    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield received
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 @app.command()

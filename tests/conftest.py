@@ -2,6 +2,11 @@
 
 Container tests never skip in CI (``CI=true``): a missing runtime there is a failure. Elsewhere they
 skip with the reason, so the unit tests still run on a laptop without runtimes.
+
+Tiers: every test under tests/e2e and tests/containers, and every test anywhere that asks for a
+runtime fixture, is marked ``containers`` here, so ``-m "not containers"`` (``just test-unit``) is a
+tier that needs no docker, apptainer or Ray. A unit-dir test that reaches a runtime some other way
+carries the marker itself.
 """
 
 from __future__ import annotations
@@ -21,6 +26,26 @@ from anyswe.config import base_image
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 PROVIDERS = ["docker", "apptainer"]
+
+
+#: Test directories whose every test needs the runtimes (or Ray, which starts them).
+CONTAINER_DIRS = ("e2e", "containers")
+#: Fixtures that start or need a runtime: a test asking for one is a container test wherever it is.
+RUNTIME_FIXTURES = frozenset({"docker_image", "sif_image", "provider_image", "bullseye_image", "runtimes", "registry"})
+
+
+def needs_containers(item: pytest.Item) -> bool:
+    """Whether the test needs the runtimes: by its directory or by the fixtures it asks for."""
+    parts = Path(str(item.path)).relative_to(Path(__file__).parent).parts
+    return parts[0] in CONTAINER_DIRS or bool(RUNTIME_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Marked here rather than trusted to each module's pytestmark: a module that forgets it would
+    # otherwise land in the unit tier and fail (or hang) on a machine without runtimes.
+    for item in items:
+        if needs_containers(item) and item.get_closest_marker("containers") is None:
+            item.add_marker(pytest.mark.containers)
 
 
 def _unavailable(reason: str) -> None:
@@ -106,9 +131,12 @@ os.environ["ANYSWE_SESSION"] = SESSION
 
 
 @pytest.fixture(scope="session", autouse=True)
-def no_leaked_sandboxes() -> Iterator[None]:
+def no_leaked_sandboxes(request: pytest.FixtureRequest) -> Iterator[None]:
     """After the whole session, no anyswe container, instance or overlay of this session may remain."""
     yield
+    # The unit tier starts no sandbox and must not touch a runtime (it runs where there is none).
+    if not any(item.get_closest_marker("containers") for item in request.session.items):
+        return
     from anyswe.sandbox import get_provider
 
     async def leftovers() -> dict[str, list[str]]:

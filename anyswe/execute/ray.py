@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +83,10 @@ class RayRunner:
         # working dir (the whole checkout, its .venv included), and they die starting: nodes run the
         # anyswe installed on them.
         os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+        # ray.init makes SIGTERM a sys.exit in the middle of whatever runs; a handler the driver set
+        # (the CLI's: stop as Ctrl-C does, tearing sandboxes down) stays. Without one (a notebook)
+        # Ray's is kept.
+        sigterm = signal.getsignal(signal.SIGTERM)
         try:
             extra: dict[str, Any] = {} if self.address else {"resources": self.local_resources}
             ray.init(
@@ -88,6 +94,9 @@ class RayRunner:
             )
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise RuntimeNotAvailable(f"cannot join the Ray cluster at {self.address or 'auto'}: {exc}") from None
+        finally:
+            if threading.current_thread() is threading.main_thread() and callable(sigterm):
+                signal.signal(signal.SIGTERM, sigterm)
         self._joined_here = True
         self._started_here = self.address is None
 

@@ -159,11 +159,14 @@ class Sandbox(ABC, Generic[P]):
     # -- exec -------------------------------------------------------------------------------------
 
     def _workdir(self, workdir: str | None) -> str:
+        # A relative workdir is taken from the default working directory, as files are (`_path`) and
+        # as Inspect's sandbox contract resolves a relative cwd: the same on both runtimes, since the
+        # helper gets the absolute path. A NUL cannot cross into an argv.
         if workdir is None:
             return self.default_workdir
-        if not PurePosixPath(workdir).is_absolute():
-            raise ValueError(f"workdir must be an absolute path, not {workdir!r}")
-        return workdir
+        if "\0" in workdir:
+            raise ValueError(f"workdir must not contain a NUL byte: {workdir!r}")
+        return self._path(workdir)
 
     async def _helper_options(
         self,
@@ -250,7 +253,7 @@ class Sandbox(ABC, Generic[P]):
         not executable (or an unusable ``workdir``/``user``: stderr says which), 128+N killed by
         signal N. :class:`SandboxExecError` means the runtime itself failed. ``timed_out`` is set
         when ``timeout`` seconds passed and the command's process group was killed. ``workdir``
-        must be absolute; the default is the image's WORKDIR.
+        defaults to the image's WORKDIR, and a relative one is taken from there.
         """
         r = await self.exec_bytes(cmd, timeout=timeout, env=env, workdir=workdir, user=user, stdin=stdin)
         return _decoded(r)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from pathlib import PurePosixPath
 from typing import Any
 
 import pytest
@@ -39,10 +38,6 @@ class AnysweSandbox(SandboxEnvironment):
         super().__init__()
         self.sandbox = sandbox
 
-    def _absolute_cwd(self, cwd: str | None) -> str | None:
-        # Inspect resolves a relative cwd against the sample's directory; anyswe wants it absolute.
-        return None if cwd is None else str(PurePosixPath(self.sandbox.default_workdir) / cwd)
-
     async def exec(
         self,
         cmd: list[str],
@@ -55,8 +50,9 @@ class AnysweSandbox(SandboxEnvironment):
         concurrency: bool = True,
     ) -> ExecResult[str]:
         stdin = input.encode() if isinstance(input, str) else input
-        workdir = self._absolute_cwd(cwd)
-        r = await self.sandbox.exec(cmd, stdin=stdin, workdir=workdir, env=env, user=user, timeout=timeout)
+        # cwd as it comes: a relative one resolves against the working directory in anyswe as in
+        # Inspect's contract (test_cwd_relative checks it).
+        r = await self.sandbox.exec(cmd, stdin=stdin, workdir=cwd, env=env, user=user, timeout=timeout)
         if r.timed_out:
             raise TimeoutError(f"{cmd[0]} timed out after {timeout} seconds")
         if r.exit_code == 126 and "Permission denied" in r.stderr:

@@ -46,6 +46,11 @@ async def probe(provider_name: str, image: str, user: str | None) -> dict[str, A
             ("exit_bad_workdir", ["true"], "/no/such/dir"),
         ):
             found[key] = (await sb.exec(cmd, user=user, workdir=workdir)).exit_code
+        # A relative workdir is taken from the image's working directory (made by root: the user may
+        # not write there), as a relative path of a file operation is.
+        await sb.exec(["mkdir", "-p", "rel/sub dir"])
+        r = await sb.exec(["sh", "-c", "pwd; ls -d ../sub*"], user=user, workdir="rel/sub dir")
+        found["relative_workdir"] = (r.exit_code, r.stdout)
         await sb.write_file("/tmp/written.sh", b"#!/bin/sh\n", mode=0o750)
         found["written_mode"] = (await sb.exec(["stat", "-c", "%a %U:%G", "/tmp/written.sh"])).stdout
         return found
@@ -87,5 +92,6 @@ def test_same_probe_same_answers(docker_image: str, sif_image: str, user: str | 
         assert (docker["exit_not_found"], docker["exit_not_executable"], docker["exit_bad_workdir"]) == (127, 126, 126)
         assert docker["shell_sigterm"] == 143
         assert docker["cwd"] == ("/testbed" if label == "demo-swebench" else "/")
+        assert docker["relative_workdir"] == (0, f"{docker['cwd'].rstrip('/')}/rel/sub dir\n../sub dir\n")
         assert docker["write_readonly_as_root"] is (user is None)
         assert docker["hostname"] == "sandbox" and docker["written_mode"].startswith("750 root:root")

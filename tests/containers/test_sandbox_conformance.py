@@ -438,11 +438,19 @@ def test_file_errors_are_typed_and_not_infra(provider_image: tuple[str, str]) ->
                 assert not isinstance(info.value, InfraError)
             # Nothing was replaced: the directories are still directories.
             assert (await sb.exec(["test", "-d", "/srv/empty"])).ok and (await sb.exec(["test", "-d", "/srv/full"])).ok
-            # A relative path is taken from the working directory; a relative workdir is refused.
-            await sb.write_file("rel.txt", b"here")
-            assert (await sb.read_file(f"{sb.default_workdir.rstrip('/')}/rel.txt")) == b"here"
-            with pytest.raises(ValueError, match="absolute"):
-                await sb.exec(["true"], workdir="relative/dir")
+            # A relative path is taken from the working directory, and so is a relative workdir (as
+            # Inspect's sandbox contract has it), for every kind of exec.
+            assert (await sb.exec(["mkdir", "-p", "rel/dir"])).ok
+            await sb.write_file("rel/dir/rel.txt", b"here")
+            assert (await sb.read_file(f"{sb.default_workdir.rstrip('/')}/rel/dir/rel.txt")) == b"here"
+            r = await sb.exec(["sh", "-c", "pwd; cat rel.txt"], workdir="rel/dir")
+            assert r.ok and r.stdout == f"{sb.default_workdir.rstrip('/')}/rel/dir\nhere", r
+            chunks: list[str] = []
+            r = await sb.exec_stream(["cat", "rel.txt"], workdir="rel/dir", on_output=lambda _, t: chunks.append(t))
+            assert r.ok and "".join(chunks) == "here", r
+            assert (await sb.exec(["true"], workdir="no/such/dir")).exit_code == 126
+            with pytest.raises(ValueError, match="NUL"):
+                await sb.exec(["true"], workdir="rel\0dir")
 
     run(go())
 

@@ -131,6 +131,16 @@ def gc(session: str) -> None:
 
 # -- faults ---------------------------------------------------------------------------------------
 
+#: The environment variable that fixes the seed of every random choice here (when a fault strikes).
+SEED_VAR = "ANYSWE_FAULT_SEED"
+
+
+def fault_seed() -> int:
+    """The seed from ANYSWE_FAULT_SEED, or a fresh one: whoever picks it prints it, so a failing run
+    can be repeated exactly (``ANYSWE_FAULT_SEED=<seed>``)."""
+    value = os.environ.get(SEED_VAR, "").strip()
+    return int(value) if value else random.SystemRandom().randrange(2**32)
+
 
 def wait_for(predicate: Callable[[], str | None], proc: subprocess.Popen[bytes], timeout: float = 180) -> str | None:
     deadline = time.monotonic() + timeout
@@ -337,9 +347,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--providers", nargs="+", default=["docker", "apptainer"])
-    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--seed", type=int, default=None, help=f"default: ${SEED_VAR}, else a fresh one")
     parser.add_argument("--write", action="store_true", help="Write the figures into docs/reliability.md.")
     args = parser.parse_args()
+    if args.seed is None:
+        args.seed = fault_seed()
+    print(f"fault seed {args.seed} (repeat: --seed {args.seed})", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="anyswe-faults-") as tmp:
         results = run_suite(Path(tmp), args.rounds, args.providers, args.seed)
     report = table(results)

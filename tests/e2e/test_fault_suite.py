@@ -2,19 +2,36 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 from pathlib import Path
 
 import pytest
-from faultkit import Figures, dockerd_restart, full_disk, orchestrator_signal, sandbox_faults
+from faultkit import SEED_VAR, Figures, dockerd_restart, fault_seed, full_disk, orchestrator_signal, sandbox_faults
 
 pytestmark = pytest.mark.containers
 
+#: One seed per session, from $ANYSWE_FAULT_SEED or fresh; every random moment derives from it.
+SEED = fault_seed()
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> random.Random:
+    """This test's own generator (seeded by the session's seed and the test's id, so a test run alone
+    repeats what it did in the whole suite), its seed printed past pytest's capture and kept as a
+    report section that a failure shows."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")  # None under -p no:capture
+    line = f"fault seed {SEED} ({SEED_VAR}={SEED} to repeat {request.node.nodeid})"
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        print(f"\n{line}")
+    request.node.add_report_section("setup", "fault seed", line)
+    return random.Random(f"{SEED}:{request.node.nodeid}")
+
 
 def assert_clean(f: Figures) -> None:
-    assert f.faults > 0, f"no fault was injected: {f}"
-    assert f.ok, f"{f.scenario} on {f.provider}: {f}"
+    assert f.faults > 0, f"no fault was injected: {f} ({SEED_VAR}={SEED})"
+    assert f.ok, f"{f.scenario} on {f.provider}: {f} ({SEED_VAR}={SEED})"
 
 
 @pytest.mark.parametrize("provider", ["docker", "apptainer"])
@@ -26,10 +43,10 @@ def test_sandboxes_killed_and_stopped_in_every_phase(runtimes: None, tmp_path: P
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_orchestrator_killed_at_a_random_point_on_apptainer(
-    runtimes: None, tmp_path: Path, sig: signal.Signals
+    runtimes: None, tmp_path: Path, sig: signal.Signals, rng: random.Random
 ) -> None:
-    # docker's SIGINT/SIGTERM/SIGKILL paths are in test_resume.py; the moment here is random (seeded per run).
-    assert_clean(orchestrator_signal(tmp_path, "apptainer", sig, random.Random()))
+    # docker's SIGINT/SIGTERM/SIGKILL paths are in test_resume.py; the moment here is random (seeded).
+    assert_clean(orchestrator_signal(tmp_path, "apptainer", sig, rng))
 
 
 def test_dockerd_restarted_mid_run(runtimes: None, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from anyswe.datasets.exclusions import read_exclusions
 
-pytestmark = pytest.mark.usefixtures("runtimes")
+pytestmark = [pytest.mark.containers, pytest.mark.usefixtures("runtimes")]
 
 ANYSWE = [sys.executable, "-m", "anyswe"]
 NOT_A_FIX = """\

@@ -20,7 +20,7 @@ import pytest
 from anyswe.config import base_image
 from anyswe.datasets import format_image, image_builder, load_dataset
 
-pytestmark = pytest.mark.usefixtures("runtimes")
+pytestmark = [pytest.mark.containers, pytest.mark.usefixtures("runtimes")]
 
 ANYSWE = [sys.executable, "-m", "anyswe"]
 TEMPLATE = "{registry}/swebench-{nonce}/sweb.eval.x86_64.{{instance_id_docker}}:latest"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.usefixtures("runtimes")
+pytestmark = [pytest.mark.containers, pytest.mark.usefixtures("runtimes")]
 
 ANYSWE = [sys.executable, "-m", "anyswe"]
 RAY = str(Path(sys.executable).parent / "ray")

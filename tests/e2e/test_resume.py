@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -105,4 +106,31 @@ def test_interrupt_tears_down_and_keeps_results(runtimes: None, tmp_path: Path, 
     assert docker_leftovers() == []  # running sandboxes were torn down
     kept = len(read_rows(out / "results.jsonl"))
     assert 1 <= kept < 8
+    finish_and_check(spec, out)
+
+
+def test_sigterm_stops_a_background_job_of_a_script(runtimes: None, tmp_path: Path) -> None:
+    """`anyswe apply ... &` in a non-interactive script: bash starts the job with SIGINT ignored. A
+    SIGTERM (a scheduler, `kill %1`) must still stop it the way Ctrl-C does; it used to be raised as
+    SIGINT inside, which the job ignores, so the apply ran on to the end."""
+    spec, out, pid_file = tmp_path / "spec.yaml", tmp_path / "run", tmp_path / "apply.pid"
+    spec.write_text(SPEC)
+    argv = [sys.executable, "-m", "anyswe", "apply", str(spec), "--out", str(out)]
+    script = f"{shlex.join(argv)} &\necho $! > {shlex.quote(str(pid_file))}\nwait $!\n"
+    proc = subprocess.Popen(
+        ["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    wait_for_rows(out / "results.jsonl", 1, proc)
+    pid = int(pid_file.read_text())
+    # The case modelled is real: the job ignores SIGINT (bit 2 of SigIgn in /proc/PID/status).
+    ignored = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("SigIgn"))
+    assert int(ignored.split()[1], 16) & (1 << (signal.SIGINT - 1)), ignored
+    os.kill(pid, signal.SIGTERM)  # the job alone, as a scheduler or `kill` does
+    sent = time.monotonic()
+    output, _ = proc.communicate(timeout=120)
+    assert time.monotonic() - sent < 90, "the apply took too long to stop"
+    assert proc.returncode == 128 + signal.SIGTERM, output.decode()  # bash's `wait` passes the job's code on
+    assert b"interrupted (SIGTERM)" in output and b"apply again to resume" in output
+    assert docker_leftovers() == []  # running sandboxes were torn down
+    assert 1 <= len(read_rows(out / "results.jsonl")) < 8
     finish_and_check(spec, out)

@@ -44,8 +44,10 @@ def repo(tmp_path: Path, instance: Instance) -> Path:
     """/testbed as swebench's repo script leaves it, before its setup commit."""
     mirror = tmp_path / "sphinx.git"
     shutil.copytree(SHARED / "swebench" / "repos" / "sphinx.git", mirror)
-    (mirror / "refs").mkdir(exist_ok=True)  # the shared copy lost git's empty refs/ directory
+    # The shared copy is read-only and so is its copy: writable first, or only root (who ignores the
+    # mode) could add refs/ and let git write in it.
     subprocess.run(["chmod", "-R", "u+w", str(mirror)], check=True)
+    (mirror / "refs").mkdir(exist_ok=True)  # the shared copy lost git's empty refs/ directory
     testbed = tmp_path / "testbed"
     subprocess.run(["git", "clone", "-q", "-o", "origin", str(mirror), str(testbed)], check=True)
     _git(testbed, "reset", "-q", "--hard", instance.base_commit)
