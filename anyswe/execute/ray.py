@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from anyswe.errors import RuntimeNotAvailable
 from anyswe.execute.models import is_loopback
+from anyswe.execute.ray_auth import AUTH_MODE_VAR, choose_auth_mode, probe, probe_target, use_auth_mode
 from anyswe.execute.task import failed_output
 from anyswe.execute.worker import Worker, run_unit
 
@@ -77,12 +78,18 @@ class RayRunner:
         if ray.is_initialized():  # joined before (a notebook's own ray.init, an earlier run)
             return
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing leaves this machine
-        # `ray start` enables token authentication (the token in ~/.ray/auth_token); a driver must use it too.
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
         # Under `uv run` Ray would start its workers through `uv run` with this directory shipped as their
         # working dir (the whole checkout, its .venv included), and they die starting: nodes run the
         # anyswe installed on them.
         os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+        # A cluster runs with token authentication or without; joining it in the other mode can abort
+        # this process in Ray's C++, so its mode is asked first (ray_auth). A Ray started here by
+        # ray.init (no cluster to join) gets the mode Ray gives it: token, its token made if missing.
+        target = probe_target(self.address)
+        if target is not None:
+            use_auth_mode(choose_auth_mode(target, probe(target), os.environ.get(AUTH_MODE_VAR)))
+        from ray.exceptions import AuthenticationError
+
         # ray.init makes SIGTERM a sys.exit in the middle of whatever runs; a handler the driver set
         # (the CLI's: stop as Ctrl-C does, tearing sandboxes down) stays. Without one (a notebook)
         # Ray's is kept.
@@ -92,7 +99,7 @@ class RayRunner:
             ray.init(
                 address=self.address, log_to_driver=False, logging_level="WARNING", configure_logging=False, **extra
             )
-        except (ConnectionError, RuntimeError, ValueError) as exc:
+        except (ConnectionError, RuntimeError, ValueError, AuthenticationError) as exc:
             raise RuntimeNotAvailable(f"cannot join the Ray cluster at {self.address or 'auto'}: {exc}") from None
         finally:
             if threading.current_thread() is threading.main_thread() and callable(sigterm):

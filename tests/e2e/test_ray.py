@@ -59,7 +59,7 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=30)
 
 
-def _start(*args: str) -> subprocess.Popen[bytes]:
+def _start(*args: str, env: dict[str, str] = ENV) -> subprocess.Popen[bytes]:
     common = [
         "--node-ip-address",
         "127.0.0.1",
@@ -72,7 +72,7 @@ def _start(*args: str) -> subprocess.Popen[bytes]:
     ]
     return subprocess.Popen(
         [RAY, "start", *args, *common],
-        env=ENV,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -106,7 +106,7 @@ def ray_cluster() -> Iterator[Cluster]:
         _kill_tree(head)
 
 
-def _wait_for_nodes(address: str, n: int, head: subprocess.Popen[bytes]) -> None:
+def _wait_for_nodes(address: str, n: int, head: subprocess.Popen[bytes], env: dict[str, str] = ENV) -> None:
     code = (
         "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
         "print(sum(1 for x in ray.nodes() if x['Alive']))"
@@ -114,7 +114,12 @@ def _wait_for_nodes(address: str, n: int, head: subprocess.Popen[bytes]) -> None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert head.poll() is None, "the Ray head exited"
-        r = subprocess.run([sys.executable, "-c", code, address], capture_output=True, text=True, env=ENV)
+        try:
+            r = subprocess.run(
+                [sys.executable, "-c", code, address], capture_output=True, text=True, env=env, timeout=90
+            )
+        except subprocess.TimeoutExpired:  # a head that died half-started can leave ray.init waiting forever
+            continue
         if r.returncode == 0 and r.stdout.strip().splitlines()[-1:] == [str(n)]:
             return
         time.sleep(1)
@@ -138,8 +143,8 @@ def _rows(run_dir: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
 
 
-def _apply(spec: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ANYSWE, "apply", str(spec), *extra], capture_output=True, text=True, env=ENV, timeout=1200)
+def _apply(spec: Path, *extra: str, env: dict[str, str] = ENV) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ANYSWE, "apply", str(spec), *extra], capture_output=True, text=True, env=env, timeout=1200)
 
 
 def test_ray_results_equal_the_local_executor_task_by_task(tmp_path: Path) -> None:
@@ -260,3 +265,133 @@ def test_a_model_task_lost_with_its_node_runs_again_under_a_new_grant(tmp_path: 
             assert str(r["trajectory_path"]).endswith(f"trajectory.attempt-{r['attempt']}.jsonl")
             spent = tmp_path / "model-killed" / str(r["trajectory_path"])
             assert len(spent.read_text().splitlines()) == r["model_calls"]
+
+
+# --- Joining a cluster in the authentication mode it runs (issue 21) ---------------------------------
+# One single-node head per mode for these tests (a head takes a while to start); each test only joins it.
+
+#: The driver's environment with RAY_AUTH_MODE unset, as a user's shell has it.
+DRIVER_ENV = {k: v for k, v in ENV.items() if k != "RAY_AUTH_MODE"}
+
+
+@contextmanager
+def _single_head(mode: str) -> Iterator[str]:
+    """A head started as ``ray start --head`` with ``RAY_AUTH_MODE=mode``, advertising docker; its address."""
+    env = {**ENV, "RAY_AUTH_MODE": mode}
+    for attempt in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        address = f"127.0.0.1:{port}"
+        head = _start(
+            "--head", "--port", str(port), "--include-dashboard=false", "--resources", '{"docker": 2}', env=env
+        )
+        try:
+            _wait_for_nodes(address, 1, head, env)
+            break
+        except AssertionError:
+            # The head exited: on a busy machine its raylet gives up waiting for its dashboard agent's
+            # port file (a fatal check in Ray, nothing to do with authentication). Start it again.
+            _kill_tree(head)
+            if attempt == 2:
+                raise
+    try:
+        yield address
+    finally:
+        _kill_tree(head)  # its process tree only: `ray stop` would stop every Ray on this machine
+
+
+@pytest.fixture(scope="module")
+def open_cluster() -> Iterator[str]:
+    """A cluster without token authentication (what `ray start --head` makes on a machine with no token)."""
+    with _single_head("disabled") as address:
+        yield address
+
+
+@pytest.fixture(scope="module")
+def token_cluster() -> Iterator[str]:
+    """A cluster with token authentication, the token in ~/.ray/auth_token."""
+    _ensure_token()
+    with _single_head("token") as address:
+        yield address
+
+
+@pytest.fixture
+def tokenless_env(tmp_path: Path) -> dict[str, str]:
+    """A driver on a machine with no Ray token: a home without ~/.ray (anyswe's cache kept where it is,
+    so its images and helper are not made again)."""
+    from anyswe.config import cache_dir
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in DRIVER_ENV.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    return {**env, "HOME": str(home), "ANYSWE_CACHE": str(cache_dir())}
+
+
+def _assert_clear_failure(r: subprocess.CompletedProcess[str], *fix: str) -> None:
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    for words in fix:
+        assert words in out, out
+    for crash in ("Traceback", "Check failed", "bug in Ray", "StackTrace"):
+        assert crash not in out, out
+    token = Path.home().joinpath(".ray", "auth_token")
+    leaked = token.exists() and token.read_text().strip() in out
+    assert not leaked, "the output holds the Ray token"
+
+
+def test_apply_joins_a_cluster_without_token_authentication(
+    tmp_path: Path, open_cluster: str, tokenless_env: dict[str, str]
+) -> None:
+    """The issue: a default head on a machine with no token; the driver used to abort in Ray's C++."""
+    spec = _spec(tmp_path, "open", ["docker"], ["demo__calc-1"])
+    r = _apply(spec, "--executor", "ray", "--address", open_cluster, env=tokenless_env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = _rows(tmp_path / "open")
+    assert len(rows) == 2 and sum(bool(row["resolved"]) for row in rows) == 1  # gold resolves, noop not
+
+
+def test_apply_with_a_token_here_joins_an_open_cluster(tmp_path: Path, open_cluster: str) -> None:
+    """This machine has a token (~/.ray/auth_token) but the cluster does not use one: it joins all the same."""
+    _ensure_token()
+    spec = _spec(tmp_path, "open-token-here", ["docker"], ["demo__calc-1"])
+    r = _apply(spec, "--executor", "ray", "--address", open_cluster, env=DRIVER_ENV)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(_rows(tmp_path / "open-token-here")) == 2
+
+
+def test_apply_joins_a_token_cluster_with_the_token_found_here(tmp_path: Path, token_cluster: str) -> None:
+    """RAY_AUTH_MODE unset in the driver: the cluster asks for a token, and the one in ~/.ray/auth_token is used."""
+    spec = _spec(tmp_path, "token", ["docker"], ["demo__calc-1"])
+    r = _apply(spec, "--executor", "ray", "--address", token_cluster, env=DRIVER_ENV)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = _rows(tmp_path / "token")
+    assert len(rows) == 2 and sum(bool(row["resolved"]) for row in rows) == 1
+
+
+def test_token_mode_without_a_token_at_a_cluster_without_authentication_is_a_clear_error(
+    tmp_path: Path, open_cluster: str, tokenless_env: dict[str, str]
+) -> None:
+    """The mismatch Ray makes fatal (its C++ check on a missing token): an error that names the fix."""
+    spec = _spec(tmp_path, "mismatch", ["docker"], ["demo__calc-1"])
+    env = {**tokenless_env, "RAY_AUTH_MODE": "token"}
+    r = _apply(spec, "--executor", "ray", "--address", open_cluster, env=env)
+    _assert_clear_failure(r, "does not use token authentication", "unset RAY_AUTH_MODE")
+    results = tmp_path / "mismatch" / "results.jsonl"
+    assert not results.exists() or not results.read_text().strip()  # no task ran
+
+
+def test_a_token_cluster_without_a_token_here_is_a_clear_error(
+    tmp_path: Path, token_cluster: str, tokenless_env: dict[str, str]
+) -> None:
+    spec = _spec(tmp_path, "no-token", ["docker"], ["demo__calc-1"])
+    r = _apply(spec, "--executor", "ray", "--address", token_cluster, env=tokenless_env)
+    _assert_clear_failure(r, "uses token authentication and this machine has no token", "~/.ray/auth_token")
+
+
+def test_a_token_cluster_refusing_the_token_here_is_a_clear_error(tmp_path: Path, token_cluster: str) -> None:
+    spec = _spec(tmp_path, "wrong-token", ["docker"], ["demo__calc-1"])
+    r = _apply(spec, "--executor", "ray", "--address", token_cluster, env={**DRIVER_ENV, "RAY_AUTH_TOKEN": "not-it"})
+    _assert_clear_failure(r, "refuses this machine's Ray token", "RAY_AUTH_TOKEN")
+    r = _apply(spec, "--executor", "ray", "--address", token_cluster, env={**DRIVER_ENV, "RAY_AUTH_MODE": "disabled"})
+    _assert_clear_failure(r, "uses token authentication", "RAY_AUTH_MODE=disabled")
