@@ -5,7 +5,8 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from anyswe.errors import SandboxLost
+from anyswe import _proc
+from anyswe.errors import GradingError, SandboxLost
 from anyswe.grading import swebench as sb
 from anyswe.grading.base import Harness, Verdict
 
@@ -73,6 +74,14 @@ async def grade_patch(
     # One stream, stderr folded in: `set -x` puts the markers on stderr, in order with pytest's output.
     script_then_marker = f"/bin/bash {EVAL_PATH} 2>&1; rc=$?; echo; echo {END_MARKER} $rc"
     r = await sandbox.exec(["bash", "-c", script_then_marker], workdir=harness.workdir, timeout=timeout)
+    if r.stdout_dropped:
+        # swebench's log parsers read every test's status line: one cut from the middle of the log
+        # reads as a test that did not pass, so a cut log could turn a resolve into a silent
+        # "unresolved". Not graded instead: a grading error, masked, with the size in the message.
+        raise GradingError(
+            f"the eval script's output was {len(r.stdout.encode()) + r.stdout_dropped} bytes, over the "
+            f"{_proc.MAX_OUTPUT_BYTES}-byte output cap: a log cut short could give a wrong verdict, so it is not graded"
+        )
     output, ended = split_end_marker(r.stdout)
     if not ended:
         await sandbox.check_alive("the eval script", settle=5)
