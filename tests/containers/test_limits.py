@@ -48,3 +48,63 @@ def test_command_output_is_capped_and_counted(provider_image: tuple[str, str], t
             assert (await sb.exec("echo alive")).stdout == "alive\n"
 
     run(go())
+
+
+def _docker_pids(name: str) -> int:
+    import subprocess
+
+    out = subprocess.run(
+        ["docker", "stats", "--no-stream", "--format", "{{.PIDs}}", name], capture_output=True, text=True
+    )
+    return int(out.stdout.strip() or 0)
+
+
+def test_docker_sandboxes_have_memory_and_pids_limits_by_default(docker_image: str) -> None:
+    from python_on_whales import docker
+
+    async def go() -> None:
+        async with get_provider("docker").sandbox(docker_image) as sb:
+            host = docker.container.inspect(sb.name).host_config
+            assert host.memory == 8 * 1024**3 and host.memory_swap == 8 * 1024**3 and host.pids_limit == 4096
+        # null in a spec turns a limit off, a value changes it.
+        async with get_provider("docker", {"memory": None, "pids_limit": None}).sandbox(docker_image) as sb:
+            host = docker.container.inspect(sb.name).host_config
+            assert not host.memory and not host.memory_swap and host.pids_limit in (None, 0, -1)
+        async with get_provider("docker", {"memory": "300m", "pids_limit": 64}).sandbox(docker_image) as sb:
+            host = docker.container.inspect(sb.name).host_config
+            assert host.memory == host.memory_swap == 300 * 1024**2 and host.pids_limit == 64
+
+    run(go())
+
+
+def test_a_fork_bomb_stays_in_its_docker_sandbox(docker_image: str) -> None:
+    """The bomb fills the sandbox's 4096 pids and no more; the host still forks; the sandbox recovers."""
+    import subprocess
+
+    async def go() -> None:
+        async with get_provider("docker").sandbox(docker_image) as sb:
+            bomb = asyncio.ensure_future(sb.exec("bomb() { bomb | bomb & }; bomb; sleep 30", timeout=20))
+            peak = 0
+            for _ in range(30):
+                await asyncio.sleep(0.5)
+                peak = max(peak, await asyncio.to_thread(_docker_pids, sb.name))
+                if peak >= 4000:
+                    break
+            # The host is fine meanwhile: it starts processes, and its own count is far from pid_max.
+            assert subprocess.run(["true"]).returncode == 0
+            host_pids = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
+            pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+            assert 4000 <= peak <= 4096, peak
+            assert host_pids < pid_max - 4096, (host_pids, pid_max)
+            r = await bomb
+            assert r.timed_out
+            # The helper killed the bomb's process group at the timeout: the sandbox takes commands again.
+            for _ in range(40):
+                alive = await sb.exec("echo alive", timeout=10)
+                if alive.stdout == "alive\n":
+                    break
+                await asyncio.sleep(0.5)
+            assert alive.stdout == "alive\n", alive
+        assert subprocess.run(["docker", "container", "inspect", sb.name], capture_output=True).returncode != 0
+
+    run(go())
