@@ -330,11 +330,12 @@ class Sandbox(ABC, Generic[P]):
         r = await self._run([HELPER_PATH, *user_opts, "--write", target, f"{mode:o}"], stdin=data)
         files.raise_for_file_status(r, target, self.name)
 
-    async def read_file(self, path: str, *, user: str | None = None) -> bytes:
-        """The bytes of ``path``; a missing file, a directory or no permission raise a SandboxFileError."""
+    async def read_file(self, path: str, *, user: str | None = None, max_output: int = _proc.MAX_OUTPUT_BYTES) -> bytes:
+        """The bytes of ``path``; a missing file, a directory, no permission or more than ``max_output``
+        bytes raise a SandboxFileError."""
         target = self._path(path)
         user_opts = ["-u", user] if user else []
-        r = await self._run([HELPER_PATH, *user_opts, "--read", target])
+        r = await self._run([HELPER_PATH, *user_opts, "--read", target], max_output=max_output)
         files.raise_for_file_status(r, target, self.name)
         return r.stdout
 
