@@ -25,6 +25,9 @@ from anyswe.errors import RuntimeNotAvailable
 #: (the end of an output, its result line or its error, is often what matters), and the bytes
 #: between are counted in ``stdout_dropped`` / ``stderr_dropped``.
 MAX_OUTPUT_BYTES = 16 * 1024 * 1024
+#: The default cap of an agent's patch (spec ``limits.max_patch_bytes``), below the output cap it
+#: is captured through: real fixes are kilobytes, SWE-bench's largest reference patches under 1 MiB.
+MAX_PATCH_BYTES = 10 * 1024 * 1024
 
 
 def cut_marker(stream: str, dropped: int | None) -> bytes:

@@ -195,5 +195,9 @@ class GradingError(AnysweError):
     """Grading could not be carried out (harness missing, wrong swebench version, unreadable log)."""
 
 
+class OutputOverCap(GradingError):
+    """Output to grade was over the output cap, where a cut one could give a wrong verdict (the eval log)."""
+
+
 class ResultsError(AnysweError):
     """A run directory or results file is missing or inconsistent."""

@@ -6,7 +6,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from anyswe import _proc
-from anyswe.errors import GradingError, SandboxLost
+from anyswe.errors import OutputOverCap, SandboxLost
 from anyswe.grading import swebench as sb
 from anyswe.grading.base import Harness, Verdict
 
@@ -78,7 +78,7 @@ async def grade_patch(
         # swebench's log parsers read every test's status line: one cut from the middle of the log
         # reads as a test that did not pass, so a cut log could turn a resolve into a silent
         # "unresolved". Not graded instead: a grading error, masked, with the size in the message.
-        raise GradingError(
+        raise OutputOverCap(
             f"the eval script's output was {len(r.stdout.encode()) + r.stdout_dropped} bytes, over the "
             f"{_proc.MAX_OUTPUT_BYTES}-byte output cap: a log cut short could give a wrong verdict, so it is not graded"
         )
