@@ -20,7 +20,7 @@ from anyswe.datasets.exclusions import Exclusions
 from anyswe.errors import AgentError, PlanError
 from anyswe.grading import harness_for
 from anyswe.model import ModelSpec
-from anyswe.spec import MatrixRule, Spec
+from anyswe.spec import LimitSpec, MatrixRule, Spec
 
 
 @dataclass(frozen=True, order=True)
@@ -199,6 +199,9 @@ def task_key(spec: Spec, cell: Cell, instance: Instance, sample: int, harness: s
         "timeouts": {"agent": spec.timeouts.agent, "grading": spec.timeouts.grading},
         "harness": harness,
         "sample": sample,
+        # Only a cap other than the default is in the key: keys of runs from before the caps stay
+        # (the default is far above any real patch), and a cap set lower runs the tasks again.
+        **({"limits": spec.limits.model_dump()} if spec.limits != LimitSpec() else {}),
     }
     return f"{_digest(payload)[:16]}__{instance.instance_id}"
 

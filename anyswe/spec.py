@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from anyswe._proc import MAX_OUTPUT_BYTES, MAX_PATCH_BYTES
 from anyswe._yaml import read_yaml
 from anyswe.agents import AgentConfig, agent_class
 from anyswe.errors import AnysweError, SpecError
@@ -70,6 +71,13 @@ class TimeoutSpec(_Strict):
     agent: float = Field(default=1800, gt=0, description="Seconds an agent may work on one task.")
     grading: float = Field(default=1800, gt=0, description="Seconds the eval script may run.")
     sandbox_start: float = Field(default=300, gt=0)
+
+
+class LimitSpec(_Strict):
+    """What one task may cost the host (issue 21): past a cap it is the agent's failure, not the host's."""
+
+    # At most the output cap: capture comes through one command, whose output past it comes back cut.
+    max_patch_bytes: int = Field(default=MAX_PATCH_BYTES, ge=1, le=MAX_OUTPUT_BYTES, description="Patch cap (bytes).")
 
 
 class RetrySpec(_Strict):
@@ -142,6 +150,7 @@ class Spec(_Strict):
     timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
     grading: GradingSpec = Field(default_factory=GradingSpec)
     retries: RetrySpec = Field(default_factory=RetrySpec)
+    limits: LimitSpec = Field(default_factory=LimitSpec)
     concurrency: int = Field(default=4, ge=1, description="Tasks in flight at once (local executor).")
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
     output_dir: Path | None = Field(default=None, description="Run directory; default runs/<name>.")

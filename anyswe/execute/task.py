@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anyswe._files import task_state_dir
+from anyswe._proc import MAX_OUTPUT_BYTES
 from anyswe._threads import in_thread
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import GradingError, InfraError
@@ -69,6 +70,9 @@ class _Trace:
     error: str | None = None
     error_permanent: bool = False
     log_lines: list[str] = field(default_factory=list)
+    #: The agent's patch's size, and the cap that decided the task (None: none did).
+    patch_bytes: int | None = None
+    limit_hit: str | None = None
 
     async def timed(self, name: str, phase: Any) -> Any:
         start = time.monotonic()
@@ -155,7 +159,22 @@ async def work(
             await sandbox.check_alive("the patch capture", settle=2)  # a sandbox lost is not the agent's
             run = dataclasses.replace(run, error="; ".join(filter(None, (run.error, f"{type(exc).__name__}: {exc}"))))
             patch = ""
-    return run, patch
+    return run, patch_within_cap(unit, run, patch, trace)
+
+
+def patch_within_cap(unit: WorkUnit, run: AgentRun, patch: str, trace: _Trace) -> str:
+    """The patch to grade. One over ``unit.max_patch_bytes`` is the agent's failure (unresolved, not
+    masked), neither graded nor kept: a 100 MB patch made a 131 MB results line."""
+    trace.patch_bytes = size = len(patch.encode())
+    if size <= unit.max_patch_bytes:
+        return patch
+    # Captured through one command: past the output cap its text came back cut, so the size is a floor.
+    more = " or more" if size > MAX_OUTPUT_BYTES else ""
+    error = f"PatchTooLarge: the patch is {size} bytes{more}, over the {unit.max_patch_bytes}-byte cap"
+    run.error = error if run.error is None else f"{run.error}; {error}"
+    trace.limit_hit = "max_patch_bytes"
+    trace.log_lines.append(f"{error} (limits.max_patch_bytes): not graded, not kept")
+    return ""
 
 
 async def grade(unit: WorkUnit, provider: SandboxProvider[Any], image: str, harness: Harness, patch: str) -> Verdict:
@@ -290,6 +309,7 @@ def classify(
         "applied_by": verdict.applied_by if verdict else None,
         "tests_timed_out": bool(verdict and verdict.tests_timed_out),
         "model_patch": patch,
+        **_caps(unit, trace, verdict),
         "exit_reason": outcome.exit_reason if run is not None else None,
         "agent_timed_out": timed_out,
         **dataclasses.asdict(outcome.usage),
@@ -303,6 +323,17 @@ def classify(
         **{name: trace.times.get(name) for name in TIME_FIELDS},
     }
     return TaskResult.model_validate(fields)
+
+
+def _caps(unit: WorkUnit, trace: _Trace, verdict: Verdict | None) -> dict[str, Any]:
+    """The row's record of the caps in force and the one that decided the task, if any."""
+    over_output = verdict is not None and verdict.output_over_cap
+    return {
+        "patch_bytes": trace.patch_bytes,
+        "max_patch_bytes": unit.max_patch_bytes,
+        "max_output_bytes": MAX_OUTPUT_BYTES,
+        "limit_hit": trace.limit_hit or ("eval_output_bytes" if over_output else None),
+    }
 
 
 def artifacts(result: TaskResult, trace: _Trace, verdict: Verdict | None) -> dict[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from anyswe._proc import MAX_PATCH_BYTES
 from anyswe.images.resolve import ImageSource
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ class WorkUnit:
     grading_timeout: float
     #: The gateway endpoint and per-task token, filled in by the driver when the task starts.
     endpoint: ModelEndpoint | None = None
+    #: A bigger patch is the agent's failure (spec limits.max_patch_bytes).
+    max_patch_bytes: int = MAX_PATCH_BYTES
 
 
 @dataclass
@@ -80,4 +83,5 @@ def make_unit(plan: Plan, task: Task, *, run_id: str, attempt: int) -> WorkUnit:
         harness=task.harness,
         agent_timeout=spec.timeouts.agent,
         grading_timeout=spec.timeouts.grading,
+        max_patch_bytes=spec.limits.max_patch_bytes,
     )

@@ -23,6 +23,8 @@ class Verdict:
     eval_script: str = ""
     apply_log: str = ""
     tests_timed_out: bool = False
+    #: The eval script's output was over the cap (``grading/ladder.py``): not graded, unresolved.
+    output_over_cap: bool = False
     #: Filled in by ``anyswe.grade``: the harness, the image graded in and its digests (a run's row has them too).
     harness: str | None = None
     image: str | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
+from anyswe import _proc
 from anyswe.grading import swebench as sb
 from anyswe.grading.base import Harness, Verdict
 
@@ -17,6 +18,9 @@ EVAL_PATH = "/eval.sh"
 # Printed after the eval script returns: its absence means the script was cut short, by its sandbox's
 # death (no verdict) or by the tests' own processes (see grade_patch). Removed before the log is graded.
 END_MARKER = "ANYSWE-EVAL-END"
+#: What is kept of an eval script's output: far above any real suite's log (SWE-bench's are at most a
+#: few MB), and a bound on the driver's memory.
+EVAL_OUTPUT_BYTES = 4 * _proc.MAX_OUTPUT_BYTES
 
 
 async def apply_patch(sandbox: Sandbox[Any], patch: str, workdir: str) -> tuple[str | None, str]:
@@ -71,7 +75,28 @@ async def grade_patch(
     await sandbox.write_file(EVAL_PATH, script.encode(), mode=0o755)
     # One stream, stderr folded in: `set -x` puts the markers on stderr, in order with pytest's output.
     script_then_marker = f"/bin/bash {EVAL_PATH} 2>&1; rc=$?; echo; echo {END_MARKER} $rc"
-    r = await sandbox.exec(["bash", "-c", script_then_marker], workdir=harness.workdir, timeout=timeout)
+    r = await sandbox.exec(
+        ["bash", "-c", script_then_marker], workdir=harness.workdir, timeout=timeout, max_output=EVAL_OUTPUT_BYTES
+    )
+    if r.stdout_dropped:
+        # swebench's log parsers read every test's status line: one cut from the middle of the log
+        # would read as a test that did not pass, so a cut log is not graded. Nor is it masked: the
+        # tests ran with the patch applied, and a patch whose tests print hundreds of megabytes (a
+        # conftest, say) must not buy itself another attempt. Unresolved, with the cap in the row.
+        await sandbox.check_alive("the eval script", settle=5)
+        size = len(r.stdout.encode()) + r.stdout_dropped
+        note = f"\nanyswe: the eval script printed {size} bytes, over the {EVAL_OUTPUT_BYTES}-byte cap: not graded\n"
+        return Verdict(
+            resolved=False,
+            patch_exists=True,
+            patch_applied=True,
+            applied_by=rung,
+            test_output=r.stdout + note,
+            eval_script=script,
+            apply_log=apply_log,
+            tests_timed_out=r.timed_out,
+            output_over_cap=True,
+        )
     output, ended = split_end_marker(r.stdout)
     note = ""
     if not ended:

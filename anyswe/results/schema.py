@@ -20,7 +20,7 @@ from anyswe.errors import ResultsError
 if TYPE_CHECKING:
     import polars as pl
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 ErrorKind = Literal["infra", "agent", "grading", "internal"]
 #: Error kinds after which a task runs again on the next apply: the task itself never failed.
@@ -35,7 +35,7 @@ class TaskResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[4] = 4
+    schema_version: Literal[5] = 5
     # -- identity: which task, which attempt --------------------------------------------------------
     key: str
     cell: str
@@ -71,7 +71,20 @@ class TaskResult(BaseModel):
     patch_applied: bool = False
     applied_by: str | None = None
     tests_timed_out: bool = False
-    model_patch: str = ""
+    model_patch: str = Field(default="", description="The patch graded; empty when it was over max_patch_bytes.")
+    # -- the caps in force (issue 21), and the one hit: what a task may cost the host ----------------
+    patch_bytes: int | None = Field(default=None, description="Size of the agent's patch (UTF-8 bytes).")
+    max_patch_bytes: int | None = Field(
+        default=None, description="The patch cap: a bigger patch is the agent's failure, not graded, not kept."
+    )
+    max_output_bytes: int | None = Field(
+        default=None, description="Bytes kept of each stream of one command (head and tail past it)."
+    )
+    limit_hit: str | None = Field(
+        default=None,
+        description="The cap that decided this row: max_patch_bytes, or eval_output_bytes (the eval log "
+        "over its cap: not graded, unresolved).",
+    )
     # -- what the agent reported ----------------------------------------------------------------------
     exit_reason: ExitReason | None = None
     agent_timed_out: bool = False
@@ -119,7 +132,8 @@ def _migrate_v1(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _migrate_v2(row: dict[str, Any]) -> dict[str, Any]:
-    """Schema 2: no provenance fields yet (they stay unknown); schema 3: every infra error was transient."""
+    """Schema 2: no provenance fields yet (they stay unknown); schema 3: every infra error was transient;
+    schema 4: no caps recorded (there were none: their fields stay None)."""
     return {**row, "schema_version": SCHEMA_VERSION}
 
 
@@ -130,7 +144,7 @@ def parse_row(row: Any, where: str) -> TaskResult:
     version = row.get("schema_version", 1)
     if version == 1:
         row = _migrate_v1(row)
-    elif version in (2, 3):
+    elif version in (2, 3, 4):
         row = _migrate_v2(row)
     elif version != SCHEMA_VERSION:
         raise ResultsError(

@@ -2,10 +2,12 @@
 
 Each sandbox gets its own sparse ext3 overlay of configurable size (``--writable-tmpfs`` caps writes
 at 64 MiB, which real builds overflow; a sparse copy of an empty one made once per size and apptainer
-version, kept in the state dir) and its own work dir for /tmp and home, both under a state
-dir named after the instance so ``anyswe gc`` can find what a crash left. Instances start with
-``--contain --cleanenv``: no host home, no host environment (which may hold API keys). There is no
-``--pid``: apptainer >= 1.3.6 rejects it for instances.
+version, kept in the state dir) in a state dir named after the instance so ``anyswe gc`` can find
+what a crash left. /tmp, /var/tmp and $HOME are the image's own, in that overlay (``--no-mount
+tmp,home``), as on docker, where they are in the container's filesystem: a ``--workdir`` would put
+them on the host's disk, outside the overlay's size. Instances start with ``--contain --cleanenv``:
+a minimal /dev, no host home or working directory, no host environment (which may hold API keys).
+There is no ``--pid``: apptainer >= 1.3.6 rejects it for instances.
 
 spython finds the runtime and lists instances; start, exec and stop run as argv lists from here,
 because spython's instance start reports a failure only on the console, and an exec needs stdin,
@@ -196,7 +198,8 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         # The labels also live in the instance itself (its first process's environment), for a gc
         # whose state directory is another one (each batch job may have its own TMPDIR).
         argv += ["--env", f"{LABELS_ENV}={json.dumps(request.labels(), separators=(',', ':'))}"]
-        argv += ["--overlay", str(state / "overlay.img"), "--workdir", str(state / "work")]
+        # /tmp and home from the image, in the overlay: bounded by its size, not on the host's disk.
+        argv += ["--overlay", str(state / "overlay.img"), "--no-mount", "tmp,home"]
         argv += ["--pid-file", str(state / PID_FILE)]
         for m in request.mounts:
             argv += ["--bind", f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"]
@@ -239,7 +242,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
             raise ImageNotFound(f"SIF image {request.image!r} does not exist")
         state = self._state(request.name)
         try:
-            (state / "work").mkdir(parents=True, exist_ok=True)
+            state.mkdir(parents=True, exist_ok=True)
             os.chmod(state, 0o700)
             (state / "labels.json").write_text(json.dumps(request.labels() | {"image": request.image}))
             # A copy of an empty overlay made once: `apptainer overlay create` per sandbox is an

@@ -200,6 +200,7 @@ class Sandbox(ABC, Generic[P]):
         stdin: bytes | None = None,
         timeout: float | None = None,
         on_output: _proc.OnOutput | None = None,
+        max_output: int = _proc.MAX_OUTPUT_BYTES,
     ) -> _proc.ProcResult:
         """Run one helper invocation; a failing runtime raises :class:`SandboxExecError`."""
         if self._stopped:
@@ -207,7 +208,9 @@ class Sandbox(ABC, Generic[P]):
         host_argv = self._exec_argv(inner, env_file=env_file, stdin=stdin is not None)
         backstop = None if timeout is None else timeout + _BACKSTOP_SECONDS
         try:
-            result = await _proc.run_streaming(host_argv, on_output=on_output, stdin=stdin, timeout=backstop)
+            result = await _proc.run_streaming(
+                host_argv, on_output=on_output, stdin=stdin, timeout=backstop, max_output=max_output
+            )
         finally:
             if env_file is not None:
                 env_file.unlink(missing_ok=True)
@@ -229,13 +232,16 @@ class Sandbox(ABC, Generic[P]):
         user: str | None = None,
         stdin: bytes | None = None,
         on_output: _proc.OnOutput | None = None,
+        max_output: int = _proc.MAX_OUTPUT_BYTES,
     ) -> _proc.ProcResult:
         """Like :meth:`exec` with raw bytes output (for binary transfer)."""
         env = {**self.request.env, **(env or {})}
         inner, env_file = await self._helper_options(
             shell_argv(cmd), timeout=timeout, env=env, workdir=workdir, user=user
         )
-        return await self._run(inner, env_file=env_file, stdin=stdin, timeout=timeout, on_output=on_output)
+        return await self._run(
+            inner, env_file=env_file, stdin=stdin, timeout=timeout, on_output=on_output, max_output=max_output
+        )
 
     async def exec(
         self,
@@ -246,6 +252,7 @@ class Sandbox(ABC, Generic[P]):
         workdir: str | None = None,
         user: str | None = None,
         stdin: bytes | None = None,
+        max_output: int = _proc.MAX_OUTPUT_BYTES,
     ) -> ExecResult:
         """Run a command (argv, or a shell string run by ``bash -lc``) inside the sandbox.
 
@@ -253,10 +260,13 @@ class Sandbox(ABC, Generic[P]):
         not executable (or an unusable ``workdir``/``user``: stderr says which), 128+N killed by
         signal N. :class:`SandboxExecError` means the runtime itself failed. ``timed_out`` is set
         when ``timeout`` seconds passed and the command's process group was killed. ``workdir``
-        defaults to the image's WORKDIR, and a relative one is taken from there.
+        defaults to the image's WORKDIR, and a relative one is taken from there. Of each stream at most
+        ``max_output`` bytes are kept (head and tail, a marker line between; ``stdout_dropped`` counts the rest).
         """
-        r = await self.exec_bytes(cmd, timeout=timeout, env=env, workdir=workdir, user=user, stdin=stdin)
-        return _decoded(r)
+        r = await self.exec_bytes(
+            cmd, timeout=timeout, env=env, workdir=workdir, user=user, stdin=stdin, max_output=max_output
+        )
+        return ExecResult.from_proc(r)
 
     async def exec_stream(
         self,
@@ -268,27 +278,34 @@ class Sandbox(ABC, Generic[P]):
         env: Mapping[str, str] | None = None,
         workdir: str | None = None,
         user: str | None = None,
+        max_output: int = _proc.MAX_OUTPUT_BYTES,
     ) -> ExecResult:
         """:meth:`exec` for long runs: output goes to ``log_path`` and ``on_output(stream, text)`` as it comes.
 
-        The log file gets both streams as they arrive (flushed per chunk, so a crash keeps what came).
+        The log file gets both streams as they arrive (flushed per chunk, so a crash keeps what came),
+        up to ``max_output`` bytes of each, then a marker: it is on the host's disk. ``on_output`` sees all.
         """
         log = open(log_path, "ab") if log_path is not None else None  # noqa: SIM115 - closed below
         decoders = {s: _incremental_decoder() for s in ("stdout", "stderr")}
+        logged = {"stdout": 0, "stderr": 0}
 
         def deliver(stream: str, chunk: bytes) -> None:
-            if log is not None:
-                log.write(chunk)
+            if log is not None and logged[stream] <= max_output:
+                room = max_output - logged[stream]
+                log.write(chunk[:room] if len(chunk) <= room else chunk[:room] + _proc.cut_marker(stream, None))
+                logged[stream] += len(chunk)
                 log.flush()
             if on_output is not None:
                 on_output(stream, decoders[stream].decode(chunk))
 
         try:
-            r = await self.exec_bytes(cmd, timeout=timeout, env=env, workdir=workdir, user=user, on_output=deliver)
+            r = await self.exec_bytes(
+                cmd, timeout=timeout, env=env, workdir=workdir, user=user, on_output=deliver, max_output=max_output
+            )
         finally:
             if log is not None:
                 log.close()
-        return _decoded(r)
+        return ExecResult.from_proc(r)
 
     # -- files ------------------------------------------------------------------------------------
 
@@ -299,7 +316,7 @@ class Sandbox(ABC, Generic[P]):
     async def _checked(self, cmd: Sequence[str], *, stdin: bytes | None = None, what: str) -> bytes:
         inner, _ = await self._helper_options(list(cmd), timeout=None, env=None, workdir="/", user=None)
         r = await self._run(inner, stdin=stdin)
-        if r.exit_code != 0:
+        if r.exit_code != 0 or r.stdout_dropped:  # a tar stream cut to the output cap is no tar
             raise SandboxError.from_proc(
                 f"{what} failed in sandbox {self.name}", dataclasses.replace(r, argv=list(cmd))
             )
@@ -316,11 +333,12 @@ class Sandbox(ABC, Generic[P]):
         r = await self._run([HELPER_PATH, *user_opts, "--write", target, f"{mode:o}"], stdin=data)
         files.raise_for_file_status(r, target, self.name)
 
-    async def read_file(self, path: str, *, user: str | None = None) -> bytes:
-        """The bytes of ``path``; a missing file, a directory or no permission raise a SandboxFileError."""
+    async def read_file(self, path: str, *, user: str | None = None, max_output: int = _proc.MAX_OUTPUT_BYTES) -> bytes:
+        """The bytes of ``path``; a missing file, a directory, no permission or more than ``max_output``
+        bytes raise a SandboxFileError."""
         target = self._path(path)
         user_opts = ["-u", user] if user else []
-        r = await self._run([HELPER_PATH, *user_opts, "--read", target])
+        r = await self._run([HELPER_PATH, *user_opts, "--read", target], max_output=max_output)
         files.raise_for_file_status(r, target, self.name)
         return r.stdout
 
@@ -378,13 +396,3 @@ def _incremental_decoder() -> Any:
     import codecs
 
     return codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-
-def _decoded(r: _proc.ProcResult) -> ExecResult:
-    return ExecResult(
-        exit_code=r.exit_code,
-        stdout=r.stdout.decode("utf-8", errors="replace"),
-        stderr=r.stderr.decode("utf-8", errors="replace"),
-        duration=r.duration,
-        timed_out=r.timed_out,
-    )

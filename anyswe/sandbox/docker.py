@@ -42,13 +42,20 @@ class DockerConfig(ProviderConfig):
 
     type: str = "docker"
     cpus: float | None = Field(default=None, gt=0, description="CPU limit per sandbox (docker --cpus).")
-    memory: str | None = Field(default=None, description="Memory limit per sandbox, e.g. '4g'.")
+    # Limits on by default (issue 21): without them one sandbox can take the host. 8g is above what
+    # the heaviest SWE-bench test suites need (sympy, matplotlib, astropy: a few GB) and below a host
+    # that runs several; swap is held to the same value, or docker lets a sandbox swap as much again.
+    memory: str | None = Field(
+        default="8g", description="Memory limit per sandbox, e.g. '4g' (swap included); null: none."
+    )
     network: Literal["bridge", "none", "host"] = Field(
         default="none",
         description="Network of the task's sandboxes: none (sealed, the default), or bridge / host, which "
         "reach the host and beyond (a warning in the plan). Model traffic goes through the gateway either way.",
     )
-    pids_limit: int | None = Field(default=None, gt=0)
+    # Processes and threads per sandbox: a fork bomb stops here, not at the host's pid_max (32768 on
+    # many hosts, shared by every sandbox). 4096 leaves room for parallel test runners and their threads.
+    pids_limit: int | None = Field(default=4096, gt=0, description="Processes and threads per sandbox; null: none.")
 
     def prepared_artefacts(self, fields: Mapping[str, str], *, sif_from_registry: bool) -> PreparedArtefacts:
         return PreparedArtefacts(docker_image=True)
@@ -163,6 +170,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
             "pull": "never",
             "cpus": cfg.cpus,
             "memory": cfg.memory,
+            "memory_swap": cfg.memory,  # equal to memory: no swap beyond the limit
             # A gateway sandbox has no network at all: its one way out is a relayed unix socket.
             "networks": ["none" if network == "gateway" else network],
             "pids_limit": cfg.pids_limit,

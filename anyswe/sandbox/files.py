@@ -58,6 +58,9 @@ def untar_argv(dest_dir: PurePosixPath, *, keep_owner: bool = True) -> list[str]
 
 def raise_for_file_status(result: ProcResult, path: str, sandbox: str) -> None:
     """Turn the helper's file-mode exit status (an errno) into the matching typed error."""
+    if result.stdout_dropped:
+        # A file cut to the output cap is corrupt data: refused, never handed back.
+        raise SandboxFileError(f"too large to read back ({result.stdout_dropped} bytes over the output cap)", path)
     if result.exit_code == 0:
         return
     message = result.stderr.decode("utf-8", errors="replace").strip().rpartition(": ")[2] or "failed"

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,6 +21,9 @@ from anyswe.sandbox.labels import (
     current_owner,
     current_session,
 )
+
+if TYPE_CHECKING:
+    from anyswe._proc import ProcResult
 
 #: ``none``: loopback only; ``bridge``: the runtime's private network (docker); ``host``: the host's
 #: own; ``gateway``: no network, except one host service (a unix socket) at 127.0.0.1:<port> inside.
@@ -53,10 +56,30 @@ class ExecResult:
     stderr: str
     duration: float
     timed_out: bool = False
+    #: Bytes of each stream counted but not kept, over the exec's ``max_output`` (0: it is whole);
+    #: the text then holds its head and tail with a marker line between.
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.stdout_dropped or self.stderr_dropped)
+
+    @classmethod
+    def from_proc(cls, r: ProcResult) -> ExecResult:
+        return cls(
+            exit_code=r.exit_code,
+            stdout=r.stdout.decode("utf-8", errors="replace"),
+            stderr=r.stderr.decode("utf-8", errors="replace"),
+            duration=r.duration,
+            timed_out=r.timed_out,
+            stdout_dropped=r.stdout_dropped,
+            stderr_dropped=r.stderr_dropped,
+        )
 
 
 @dataclass(frozen=True)

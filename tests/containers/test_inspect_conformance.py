@@ -16,6 +16,7 @@ from inspect_ai.util import ExecResult, OutputLimitExceededError, SandboxEnviron
 from inspect_ai.util._sandbox.limits import SandboxEnvironmentLimits
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403 - the suite's checks, collected here
 
+from anyswe.errors import SandboxFileError
 from anyswe.sandbox import Sandbox, get_provider
 
 pytestmark = [pytest.mark.containers, pytest.mark.anyio]
@@ -63,7 +64,13 @@ class AnysweSandbox(SandboxEnvironment):
         await self.sandbox.write_file(file, contents.encode() if isinstance(contents, str) else contents)
 
     async def read_file(self, file: str, text: bool = True) -> Any:
-        data = await self.sandbox.read_file(file)
+        # anyswe's own read cap is below Inspect's: raised to Inspect's, whose error a bigger file gets.
+        try:
+            data = await self.sandbox.read_file(file, max_output=SandboxEnvironmentLimits.MAX_READ_FILE_SIZE + 1)
+        except SandboxFileError as exc:
+            if "too large" not in str(exc):
+                raise
+            raise OutputLimitExceededError(SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR, None) from None
         if len(data) > SandboxEnvironmentLimits.MAX_READ_FILE_SIZE:
             raise OutputLimitExceededError(SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR, None)
         return data.decode() if text else data
