@@ -46,12 +46,21 @@ async def grade_in_sandbox(
     timeout: float,
     run_id: str = "",
     task_id: str = "",
+    stop_in_background: bool = True,
 ) -> Verdict:
-    """Grade ``patch`` in a fresh sandbox of ``image``: nothing an agent did outside its patch reaches the tests."""
+    """Grade ``patch`` in a fresh sandbox of ``image``: nothing an agent did outside its patch reaches the tests.
+
+    ``stop_in_background``: a run's tasks hand the sandbox's removal to the provider (the run's
+    sweep waits for it); a caller of its own (``grade``) waits for the removal itself, since its
+    event loop may end as soon as the verdict is in.
+    """
     if not patch.strip():
         return empty_patch_verdict(instance, harness)
     request = SandboxRequest(image, run_id=run_id, task_id=task_id, phase="grading")
     grader = await provider.start(request)
+    if not stop_in_background:
+        async with grader:
+            return await grade_patch(grader, instance, harness, patch, timeout=timeout)
     with stopped_on_failure(grader):
         verdict = await grade_patch(grader, instance, harness, patch, timeout=timeout)
     provider.stop_later(grader)  # the verdict is in; the runtime's teardown is off the caller's path
@@ -96,7 +105,8 @@ async def grade_async(
     resolver = images or ImageResolver()
     runnable = await resolver.image_for(prov, ImageSource.choose(ds, prov.config), row)
     provenance = await resolver.provenance(prov, runnable)
-    verdict = await grade_in_sandbox(prov, runnable, row, get_harness(name), patch, timeout=timeout)
+    harness_ = get_harness(name)
+    verdict = await grade_in_sandbox(prov, runnable, row, harness_, patch, timeout=timeout, stop_in_background=False)
     verdict.image, verdict.harness = runnable, name
     verdict.image_digest, verdict.image_source_digest = provenance.digest, provenance.source_digest
     return verdict
