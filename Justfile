@@ -16,11 +16,13 @@ setup:
     bash scripts/provision.sh all
     uv sync --frozen --all-extras
 
-# Lint, type-check, then the whole test suite (container tests included).
-test: setup lint
+# The whole suite: the fast tier first (a unit failure shows in minutes, before any provisioning),
+# then everything a fresh machine needs, then the container tier. Each test runs once.
+test: test-unit
+    bash scripts/provision.sh all
     bash scripts/provision.sh browser
     bash scripts/provision.sh image-bullseye
-    uv run pytest
+    uv run pytest -m containers
 
 # No provisioning: it runs on a laptop, as any user, and first in CI (under 3 minutes on 2 idle cores).
 # The fast tier: lint, type-check, then every test that needs no docker, apptainer or Ray.
