@@ -28,6 +28,7 @@ PROBE = (Path(__file__).parent / "data" / "parity_probe.py").read_bytes()
 #: Keys allowed to differ, with the reason (kept in step with docs/parity.md).
 DOCUMENTED = {
     "dev_shm_size": "docker gives /dev/shm 64 MiB by default; apptainer a tmpfs of half the host's memory",
+    "tmp_size": "/tmp is in docker's writable layer (the daemon's disk) and in apptainer's overlay (overlay_size_mb)",
 }
 
 
