@@ -179,8 +179,10 @@ def patch_within_cap(unit: WorkUnit, run: AgentRun, patch: str, trace: _Trace) -
 
 async def grade(unit: WorkUnit, provider: SandboxProvider[Any], image: str, harness: Harness, patch: str) -> Verdict:
     """The grading phase, in a fresh sandbox: nothing the agent did outside its patch reaches the tests."""
-    ids = {"run_id": unit.run_id, "task_id": unit.key}
-    return await grade_in_sandbox(provider, image, unit.instance, harness, patch, timeout=unit.grading_timeout, **ids)
+    instance, timeout = unit.instance, unit.grading_timeout
+    return await grade_in_sandbox(
+        provider, image, instance, harness, patch, timeout=timeout, run_id=unit.run_id, task_id=unit.key
+    )
 
 
 def forbidden_files(instance: Instance) -> set[str]:
