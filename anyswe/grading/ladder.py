@@ -78,6 +78,8 @@ async def grade_patch(
     r = await sandbox.exec(
         ["bash", "-c", script_then_marker], workdir=harness.workdir, timeout=timeout, max_output=EVAL_OUTPUT_BYTES
     )
+    applied: dict[str, Any] = {"patch_exists": True, "patch_applied": True, "applied_by": rung, "eval_script": script}
+    applied.update(apply_log=apply_log, tests_timed_out=r.timed_out)
     if r.stdout_dropped:
         # swebench's log parsers read every test's status line: one cut from the middle of the log
         # would read as a test that did not pass, so a cut log is not graded. Nor is it masked: the
@@ -86,17 +88,7 @@ async def grade_patch(
         await sandbox.check_alive("the eval script", settle=5)
         size = len(r.stdout.encode()) + r.stdout_dropped
         note = f"\nanyswe: the eval script printed {size} bytes, over the {EVAL_OUTPUT_BYTES}-byte cap: not graded\n"
-        return Verdict(
-            resolved=False,
-            patch_exists=True,
-            patch_applied=True,
-            applied_by=rung,
-            test_output=r.stdout + note,
-            eval_script=script,
-            apply_log=apply_log,
-            tests_timed_out=r.timed_out,
-            output_over_cap=True,
-        )
+        return Verdict(resolved=False, test_output=r.stdout + note, output_over_cap=True, **applied)
     output, ended = split_end_marker(r.stdout)
     note = ""
     if not ended:
@@ -110,15 +102,4 @@ async def grade_patch(
     if r.timed_out:
         output += f"\n{sb.TESTS_TIMEOUT} after {timeout:g} seconds\n"
     verdict = harness.grade_log(instance, output)
-    output += note
-    return Verdict(
-        resolved=verdict.resolved,
-        patch_exists=True,
-        patch_applied=True,
-        applied_by=rung,
-        tests_status=verdict.tests_status,
-        test_output=output,
-        eval_script=script,
-        apply_log=apply_log,
-        tests_timed_out=r.timed_out,
-    )
+    return Verdict(resolved=verdict.resolved, tests_status=verdict.tests_status, test_output=output + note, **applied)
