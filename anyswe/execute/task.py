@@ -35,6 +35,7 @@ from anyswe.execute.grade import grade_in_sandbox, stopped_on_failure
 from anyswe.execute.seal import SealedImages, check_starting_point, seal_repository
 from anyswe.execute.unit import TaskOutput
 from anyswe.grading import get_harness
+from anyswe.grading.flags import patch_flags
 from anyswe.grading.swebench import touched_files
 from anyswe.results.schema import TIME_FIELDS, TaskResult
 from anyswe.sandbox import SandboxRequest
@@ -312,6 +313,7 @@ def classify(
         "tests_timed_out": bool(verdict and verdict.tests_timed_out),
         "model_patch": patch,
         **_caps(unit, trace, verdict),
+        "flags": patch_flags(patch, unit.instance.test_patch),
         "exit_reason": outcome.exit_reason if run is not None else None,
         "agent_timed_out": timed_out,
         **dataclasses.asdict(outcome.usage),

@@ -306,3 +306,26 @@ def touched_files(patch: str) -> set[str]:
     for m in re.finditer(r"^diff --git a/(\S+) b/(\S+)$", patch, re.MULTILINE):
         out.update(m.groups())
     return out
+
+
+def changed_lines(patch: str) -> dict[str, tuple[list[str], list[str]]]:
+    """Per file a diff writes (its new name; a deleted file by its old one): the lines it adds and removes.
+
+    By unidiff, as swebench reads diffs; a patch unidiff cannot parse has none.
+    """
+    if not patch.strip():
+        return {}
+    _swebench()
+    from unidiff import PatchSet  # type: ignore[attr-defined]
+    from unidiff.errors import UnidiffParseError
+
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    try:
+        for f in PatchSet(patch):
+            name = f.target_file if f.target_file != "/dev/null" else f.source_file
+            added = [line.value for hunk in f for line in hunk if line.is_added]
+            removed = [line.value for hunk in f for line in hunk if line.is_removed]
+            out[name[2:] if name[:2] in ("a/", "b/") else name] = (added, removed)
+    except UnidiffParseError:
+        return {}
+    return out

@@ -189,7 +189,7 @@ def _tasks(run: Path, tasks: pl.DataFrame) -> str:
         body = (
             f"<details><summary>{_e(r['instance_id'])}</summary>"
             f"<p>applied by: {_e(r.get('applied_by') or 'not applied')}; exit: {_e(r.get('exit_reason'))}; "
-            f"error: {_e(r.get('error') or 'none')}</p>"
+            f"error: {_e(r.get('error') or 'none')}; flags: {_e(', '.join(r.get('flags') or []) or 'none')}</p>"
             f"<h4>patch</h4><pre>{_e(_read(d / 'patch.diff')) or '(empty)'}</pre>"
             f"<h4>test output</h4><pre>{_e(_read(d / 'test_output.txt')) or '(tests not run)'}</pre></details>"
         )
@@ -241,6 +241,7 @@ def render_report(run_dir: str | Path) -> str:
         "masked",
         "patch_rate",
         "apply_failures",
+        "flagged",
         "mean_time_agent",
         "mean_time_grading",
         "mean_time_total",

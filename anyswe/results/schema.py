@@ -20,7 +20,7 @@ from anyswe.errors import ResultsError
 if TYPE_CHECKING:
     import polars as pl
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 ErrorKind = Literal["infra", "agent", "grading", "internal"]
 #: Error kinds after which a task runs again on the next apply: the task itself never failed.
@@ -35,7 +35,7 @@ class TaskResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[5] = 5
+    schema_version: Literal[6] = 6
     # -- identity: which task, which attempt --------------------------------------------------------
     key: str
     cell: str
@@ -85,6 +85,11 @@ class TaskResult(BaseModel):
         description="The cap that decided this row: max_patch_bytes, or eval_output_bytes (the eval log "
         "over its cap: not graded, unresolved).",
     )
+    flags: list[str] | None = Field(
+        default=None,
+        description="Reward-hacking flags of the patch (grading/flags.py: conftest, test_config, test_files, "
+        "skip_markers); they never change the verdict. None: a row from before flags were recorded.",
+    )
     # -- what the agent reported ----------------------------------------------------------------------
     exit_reason: ExitReason | None = None
     agent_timed_out: bool = False
@@ -133,7 +138,7 @@ def _migrate_v1(row: dict[str, Any]) -> dict[str, Any]:
 
 def _migrate_v2(row: dict[str, Any]) -> dict[str, Any]:
     """Schema 2: no provenance fields yet (they stay unknown); schema 3: every infra error was transient;
-    schema 4: no caps recorded (there were none: their fields stay None)."""
+    schema 4: no caps recorded (there were none: their fields stay None); schema 5: no flags (None)."""
     return {**row, "schema_version": SCHEMA_VERSION}
 
 
@@ -144,7 +149,7 @@ def parse_row(row: Any, where: str) -> TaskResult:
     version = row.get("schema_version", 1)
     if version == 1:
         row = _migrate_v1(row)
-    elif version in (2, 3, 4):
+    elif version in (2, 3, 4, 5):
         row = _migrate_v2(row)
     elif version != SCHEMA_VERSION:
         raise ResultsError(
@@ -168,6 +173,8 @@ def _polars_type(annotation: Any) -> Any:
         return _polars_type(inner)
     if origin is Literal:
         return _polars_type(type(get_args(annotation)[0]))
+    if origin is list:
+        return pl.List(_polars_type(get_args(annotation)[0]))
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         return pl.Utf8
     return {bool: pl.Boolean, int: pl.Int64, float: pl.Float64, str: pl.Utf8}[annotation]

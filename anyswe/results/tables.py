@@ -64,6 +64,10 @@ def _summary(tasks: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         if c in tasks.columns:
             times += [pl.col(c).mean().alias(f"mean_{c}"), pl.col(c).median().alias(f"median_{c}")]
     usage = [pl.col(c).sum().alias(c) for c in USAGE_COLUMNS if c in tasks.columns]
+    # Rows whose patch raised a reward-hacking flag (grading/flags.py), whatever their verdict.
+    flagged = (
+        [(pl.col("flags").list.len() > 0).fill_null(False).sum().alias("flagged")] if "flags" in tasks.columns else []
+    )
     table = (
         tasks.group_by(by, maintain_order=True)
         .agg(
@@ -73,6 +77,7 @@ def _summary(tasks: pl.DataFrame, by: list[str]) -> pl.DataFrame:
             pl.col("mask_sample").sum().alias("masked"),
             pl.col("patch_exists").mean().alias("patch_rate"),
             (pl.col("patch_exists") & ~pl.col("patch_applied")).sum().alias("apply_failures"),
+            *flagged,
             *times,
             *usage,
         )
@@ -91,7 +96,8 @@ def _summary(tasks: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 
 def cell_table(tasks: pl.DataFrame) -> pl.DataFrame:
     """Per cell: tasks, resolved, resolve rate with a 95% Wilson interval, masked, patch rate,
-    apply failures, mean and median of each phase time, model calls, tokens and cost."""
+    apply failures, flagged patches (reward-hacking flags), mean and median of each phase time,
+    model calls, tokens and cost."""
     return _summary(tasks, CELL_KEYS)
 
 

@@ -164,7 +164,7 @@ def test_a_patch_over_the_cap_fails_the_task_and_stays_out_of_the_run_directory(
     exp.run(progress=False)
     (row,) = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
     assert (row["resolved"], row["error_kind"], row["mask_sample"]) == (False, "agent", False), row
-    assert row["schema_version"] == 5 and row["model_patch"] == "" and row["limit_hit"] == "max_patch_bytes"
+    assert row["schema_version"] == 6 and row["model_patch"] == "" and row["limit_hit"] == "max_patch_bytes"
     assert row["patch_bytes"] > 100 and row["max_patch_bytes"] == 100
     assert row["error"] == f"PatchTooLarge: the patch is {row['patch_bytes']} bytes, over the 100-byte cap"
     task = tmp_path / "run" / "tasks" / row["key"]

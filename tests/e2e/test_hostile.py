@@ -127,4 +127,6 @@ def test_a_hostile_agents_failure_stays_its_own_on_both_runtimes(runtimes: None,
         assert conftest["error_kind"] is None and conftest["patch_applied"], conftest
         output = (exp.run_dir / "tasks" / conftest["key"] / "test_output.txt").read_text()
         assert "ended from inside the sandbox" in output, output[-2000:]
+        # Its verdict is unchanged by it, and the row says what the patch did (reward-hacking flags).
+        assert conftest["flags"] == ["conftest"] and rows[("filterfix", provider)]["flags"] == [], conftest
         assert rows[("killer", provider)]["error_kind"] is None

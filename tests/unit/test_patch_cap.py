@@ -96,11 +96,11 @@ def test_the_patch_cap_is_bounded_by_the_output_cap_and_keys_change_only_off_the
     assert unit(tmp_path, "limits.max_patch_bytes=1000").key != default
 
 
-def test_schema_4_rows_read_as_schema_5_without_caps() -> None:
+def test_schema_4_rows_read_without_caps() -> None:
     v4 = {"schema_version": 4, "key": "k", "cell": "c", "agent": "a", "provider": "p", "instance_id": "i"}
     r = parse_row(v4, "results.jsonl:1")
-    assert SCHEMA_VERSION == 5 and r.schema_version == 5
+    assert r.schema_version == SCHEMA_VERSION
     assert (r.patch_bytes, r.max_patch_bytes, r.max_output_bytes, r.limit_hit) == (None, None, None, None)
-    assert json.loads(r.to_json_line())["schema_version"] == 5
+    assert json.loads(r.to_json_line())["schema_version"] == SCHEMA_VERSION
     schema = polars_schema()
     assert {k: str(schema[k]) for k in ("patch_bytes", "limit_hit")} == {"patch_bytes": "Int64", "limit_hit": "String"}

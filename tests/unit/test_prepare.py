@@ -202,7 +202,7 @@ def test_old_rows_migrate_without_provenance() -> None:
 
     row = {"schema_version": 2, "key": "k", "cell": "c", "agent": "a", "provider": "p", "instance_id": "i"}
     r = parse_row(row, "results.jsonl:1")
-    assert r.schema_version == SCHEMA_VERSION == 5 and r.image_digest is None and r.swebench_version is None
+    assert r.schema_version == SCHEMA_VERSION and r.image_digest is None and r.swebench_version is None
     # Schema 3 knew no permanent infra errors: its infra rows read as transient.
     v3 = {**row, "schema_version": 3, "error_kind": "infra", "error": "SandboxLost: gone", "mask_sample": True}
     assert parse_row(v3, "results.jsonl:2").error_permanent is False
