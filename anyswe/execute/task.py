@@ -312,8 +312,7 @@ def classify(
         "applied_by": verdict.applied_by if verdict else None,
         "tests_timed_out": bool(verdict and verdict.tests_timed_out),
         "model_patch": patch,
-        **_caps(unit, trace, verdict),
-        "flags": patch_flags(patch, unit.instance.test_patch),
+        **_patch_facts(unit, trace, verdict, patch),
         "exit_reason": outcome.exit_reason if run is not None else None,
         "agent_timed_out": timed_out,
         **dataclasses.asdict(outcome.usage),
@@ -329,14 +328,16 @@ def classify(
     return TaskResult.model_validate(fields)
 
 
-def _caps(unit: WorkUnit, trace: _Trace, verdict: Verdict | None) -> dict[str, Any]:
-    """The row's record of the caps in force and the one that decided the task, if any."""
+def _patch_facts(unit: WorkUnit, trace: _Trace, verdict: Verdict | None, patch: str) -> dict[str, Any]:
+    """The row's record of the caps in force and the one that decided the task, if any, and the
+    patch's reward-hacking flags (grading/flags.py: facts, never a change of the verdict)."""
     over_output = verdict is not None and verdict.output_over_cap
     return {
         "patch_bytes": trace.patch_bytes,
         "max_patch_bytes": unit.max_patch_bytes,
         "max_output_bytes": MAX_OUTPUT_BYTES,
         "limit_hit": trace.limit_hit or ("eval_output_bytes" if over_output else None),
+        "flags": patch_flags(patch, unit.instance.test_patch),
     }
 
 
