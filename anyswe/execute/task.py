@@ -61,6 +61,10 @@ class AgentRun:
     timed_out: bool = False
     error: str | None = None
 
+    def fail(self, error: str) -> None:
+        """Add a failure of the agent's own (its patch could not be captured, or is too large)."""
+        self.error = error if self.error is None else f"{self.error}; {error}"
+
 
 @dataclass
 class _Trace:
@@ -158,7 +162,7 @@ async def work(
             patch = await trace.timed("time_patch_capture", capture)
         except PatchCaptureFailed as exc:
             await sandbox.check_alive("the patch capture", settle=2)  # a sandbox lost is not the agent's
-            run = dataclasses.replace(run, error="; ".join(filter(None, (run.error, f"{type(exc).__name__}: {exc}"))))
+            run.fail(f"{type(exc).__name__}: {exc}")
             patch = ""
     return run, patch_within_cap(unit, run, patch, trace)
 
@@ -172,7 +176,7 @@ def patch_within_cap(unit: WorkUnit, run: AgentRun, patch: str, trace: _Trace) -
     # Captured through one command: past the output cap its text came back cut, so the size is a floor.
     more = " or more" if size > MAX_OUTPUT_BYTES else ""
     error = f"PatchTooLarge: the patch is {size} bytes{more}, over the {unit.max_patch_bytes}-byte cap"
-    run.error = error if run.error is None else f"{run.error}; {error}"
+    run.fail(error)
     trace.limit_hit = "max_patch_bytes"
     trace.log_lines.append(f"{error} (limits.max_patch_bytes): not graded, not kept")
     return ""

@@ -78,8 +78,14 @@ async def grade_patch(
     r = await sandbox.exec(
         ["bash", "-c", script_then_marker], workdir=harness.workdir, timeout=timeout, max_output=EVAL_OUTPUT_BYTES
     )
-    applied: dict[str, Any] = {"patch_exists": True, "patch_applied": True, "applied_by": rung, "eval_script": script}
-    applied.update(apply_log=apply_log, tests_timed_out=r.timed_out)
+    applied: dict[str, Any] = {
+        "patch_exists": True,
+        "patch_applied": True,
+        "applied_by": rung,
+        "eval_script": script,
+        "apply_log": apply_log,
+        "tests_timed_out": r.timed_out,
+    }
     if r.stdout_dropped:
         # swebench's log parsers read every test's status line: one cut from the middle of the log
         # would read as a test that did not pass, so a cut log is not graded. Nor is it masked: the

@@ -300,7 +300,7 @@ def touched_files(patch: str) -> set[str]:
         for f in PatchSet(patch):
             for name in (f.source_file, f.target_file):
                 if name and name != "/dev/null":
-                    out.add(name[2:] if name[:2] in ("a/", "b/") else name)
+                    out.add(_without_prefix(name))
     except UnidiffParseError:
         pass
     for m in re.finditer(r"^diff --git a/(\S+) b/(\S+)$", patch, re.MULTILINE):
@@ -325,7 +325,12 @@ def changed_lines(patch: str) -> dict[str, tuple[list[str], list[str]]]:
             name = f.target_file if f.target_file != "/dev/null" else f.source_file
             added = [line.value for hunk in f for line in hunk if line.is_added]
             removed = [line.value for hunk in f for line in hunk if line.is_removed]
-            out[name[2:] if name[:2] in ("a/", "b/") else name] = (added, removed)
+            out[_without_prefix(name)] = (added, removed)
     except UnidiffParseError:
         return {}
     return out
+
+
+def _without_prefix(name: str) -> str:
+    """A diff's file name without git's ``a/`` or ``b/``."""
+    return name[2:] if name[:2] in ("a/", "b/") else name
