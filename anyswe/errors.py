@@ -9,7 +9,7 @@ task or its input (a bad spec, a patch that does not apply).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
     from anyswe._proc import ProcResult
@@ -23,6 +23,12 @@ def _tail(text: str | bytes | None, limit: int = _TAIL_CHARS) -> str:
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def first_problem(exc: Any) -> str:
+    """A pydantic ValidationError's first problem as ``field.path: message`` (for errors naming the field)."""
+    first = exc.errors()[0]
+    return f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}"
 
 
 class AnysweError(Exception):
@@ -189,6 +195,11 @@ class InsufficientDisk(InfraError):
 
 class AgentError(AnysweError):
     """An agent failed in a way that is the agent's own (bad config, missing predictions...)."""
+
+
+class SandboxPidsExhausted(AgentError):
+    """The runtime could not start a command because the sandbox's own processes fill its pids
+    limit (a fork bomb): the task's doing, not the infrastructure's, so never masked."""
 
 
 class GradingError(AnysweError):

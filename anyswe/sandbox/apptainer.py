@@ -6,8 +6,8 @@ version, kept in the state dir) in a state dir named after the instance so ``any
 what a crash left. /tmp, /var/tmp and $HOME are the image's own, in that overlay (``--no-mount
 tmp,home``), as on docker, where they are in the container's filesystem: a ``--workdir`` would put
 them on the host's disk, outside the overlay's size. Instances start with ``--contain --cleanenv``:
-a minimal /dev, no host home or working directory, no host environment (which may hold API keys).
-There is no ``--pid``: apptainer >= 1.3.6 rejects it for instances.
+a minimal /dev, no host home or working directory, no host environment (which may hold API keys);
+no ``--pid``, which apptainer >= 1.3.6 rejects for instances.
 
 spython finds the runtime and lists instances; start, exec and stop run as argv lists from here,
 because spython's instance start reports a failure only on the console, and an exec needs stdin,
@@ -77,6 +77,10 @@ class ApptainerConfig(ProviderConfig):
         description="Network of the task's sandboxes: none (sealed, the default), or host: the host's own, "
         "loopback included (a warning in the plan).",
     )
+    # As docker's: without them a fork bomb took every pid of the host (32768 here) and a memory hog
+    # calls the host's OOM killer. Cgroups, which apptainer sets for root only (rootless: the job's).
+    memory: str | None = Field(default="8g", description="Memory per sandbox, swap included (as root); null: none.")
+    pids_limit: int | None = Field(default=4096, gt=0, description="Processes per sandbox (as root); null: none.")
     state_dir: Path = neutral(default_factory=default_state_dir, description="Overlays and work dirs.")
     extra_options: list[str] = neutral(default_factory=list, description="Extra `instance start` options.")
     sif: str | None = neutral(
@@ -213,6 +217,8 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
             if network not in ("none", "gateway"):
                 # --boot gives the instance a network namespace of its own: join the host's instead.
                 argv += ["--netns-path", f"/proc/{os.getpid()}/ns/net"]
+            argv += ["--memory", cfg.memory, "--memory-swap", cfg.memory] if cfg.memory else []  # cgroups: root's
+            argv += ["--pids-limit", str(cfg.pids_limit)] if cfg.pids_limit else []
         if network in ("none", "gateway"):
             argv += ["--net", "--network", "none"]
         return [*argv, *cfg.extra_options, request.image, request.name]
@@ -307,9 +313,13 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         running = _running(process) if process is not None else name in await self.running_instances()
         if running:
             return None
-        if self._own_init():  # nothing inside can end anyswe's PID 1
-            return "the apptainer instance is no longer running (stopped or killed from outside)"
-        return "the apptainer instance is no longer running (apptainer's own PID 1: from outside or inside, unknown)"
+        # Nothing inside can end anyswe's PID 1; apptainer's own can be ended from inside.
+        who = "stopped or killed from outside" if self._own_init() else "apptainer's own PID 1: from outside or inside"
+        return f"the apptainer instance is no longer running ({who})"
+
+    async def init_pid(self, name: str) -> int | None:
+        process = self._processes.get(name)  # from the instance's --pid-file: a process on this host
+        return process[0] if process is not None and _running(process) else None
 
     async def running_instances(self) -> list[str]:
         """Names of the anyswe instances running now (through spython's instance listing)."""

@@ -27,6 +27,7 @@ from anyswe.errors import SandboxError, SandboxExecError, SandboxLost, SandboxSt
 from anyswe.sandbox import files
 from anyswe.sandbox.helper import HELPER_PATH
 from anyswe.sandbox.labels import scratch_prefix
+from anyswe.sandbox.reap import runtime_failure
 from anyswe.sandbox.request import (
     GATEWAY_DIR,
     ExecResult,
@@ -217,9 +218,7 @@ class Sandbox(ABC, Generic[P]):
         # The helper exits 124 when it stopped the command at its timeout.
         timed_out = result.timed_out or (timeout is not None and result.exit_code == 124 and result.duration >= timeout)
         if not timed_out and self._is_runtime_failure(result):
-            raise SandboxExecError.from_proc(
-                f"{self.provider.name} could not run a command in sandbox {self.name}", result
-            )
+            raise await runtime_failure(self, result)  # the runtime's, or the task's fork bomb
         return dataclasses.replace(result, exit_code=_normalised(result.exit_code), timed_out=timed_out)
 
     async def exec_bytes(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import time
 from collections.abc import Hashable, Mapping
 from functools import cached_property
 from pathlib import Path
@@ -19,7 +20,7 @@ from pydantic import Field
 
 from anyswe import _proc
 from anyswe._threads import in_thread
-from anyswe.errors import ImageNotFound, RuntimeNotAvailable, SandboxStartError
+from anyswe.errors import ImageNotFound, RuntimeNotAvailable, SandboxError, SandboxStartError
 from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.helper import HELPER_PATH
 from anyswe.sandbox.labels import LABEL_MANAGED
@@ -35,6 +36,10 @@ from anyswe.sandbox.request import (
 
 if TYPE_CHECKING:
     from python_on_whales import DockerClient
+
+#: How long one container's removal may take, a removal already under way included: dockerd
+#: removes a container of a SWE-bench image (a big writable layer) in seconds, under load in tens.
+_REMOVE_SECONDS = 120.0
 
 
 class DockerConfig(ProviderConfig):
@@ -151,10 +156,23 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         return "127.0.0.1" if network in ("host", "gateway") else self._bridge_gateway
 
     async def remove(self, name: str) -> None:
-        from python_on_whales.exceptions import NoSuchContainer
+        """Remove container ``name`` and its anonymous volumes; idempotent.
 
-        with contextlib.suppress(NoSuchContainer):
-            await in_thread(self._docker.container.remove, name, force=True, volumes=True)
+        The CLI runs in a session of its own (``_proc``): a Ctrl-C sent to the terminal's process
+        group must not kill a removal half-way, which leaves the daemon removing the container and
+        every later ``rm`` of it refused ("removal ... is already in progress"). Such a removal,
+        started by another client or one that was killed, is waited for rather than reported.
+        """
+        argv = [*self.docker_cmd, "container", "rm", "--force", "--volumes", name]
+        deadline = time.monotonic() + _REMOVE_SECONDS
+        while True:
+            r = await _proc.run(argv, timeout=_REMOVE_SECONDS)
+            err = r.stderr.decode(errors="replace").lower()
+            if r.exit_code == 0 or "no such container" in err:
+                return
+            if r.timed_out or "already in progress" not in err or time.monotonic() > deadline:
+                raise SandboxError.from_proc(f"docker could not remove container {name}", r)
+            await asyncio.sleep(0.5)
 
     def _run_options(self, request: SandboxRequest, network: NetworkPolicy) -> dict[str, Any]:
         cfg = self.config
@@ -254,20 +272,39 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         how = {137: "killed (SIGKILL: docker kill, the OOM killer or a preemption)", 143: "stopped (SIGTERM)"}
         return f"the container was {how.get(code or 0, f'ended ({state.status}, exit {code})')}"
 
+    async def init_pid(self, name: str) -> int | None:
+        from python_on_whales.exceptions import NoSuchContainer
+
+        try:
+            container = await in_thread(self._docker.container.inspect, name)
+        except NoSuchContainer:
+            return None
+        pid = container.state.pid
+        if not container.state.running or not pid:
+            return None
+        # The engine may be another machine's (DOCKER_HOST): the pid is this host's only if the
+        # process it names here is in the container's cgroup.
+        try:
+            cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            return None
+        return pid if container.id in cgroup else None
+
     async def sandboxes(self) -> dict[str, dict[str, str] | None]:
         """Every anyswe container on this host, running or not, with its labels."""
 
         from python_on_whales.exceptions import NoSuchContainer
 
         def _list() -> dict[str, dict[str, str] | None]:
-            containers = self._docker.container.list(all=True, filters=[("label", f"{LABEL_MANAGED}=1")])
-            return {c.name: dict(c.config.labels or {}) for c in containers}
+            found: dict[str, dict[str, str] | None] = {}
+            for c in self._docker.container.list(all=True, filters=[("label", f"{LABEL_MANAGED}=1")]):
+                # The listing gives ids; each is inspected for its name and labels. One removed in
+                # between (by a concurrent run, a gc, a test worker's teardown) is no longer there to
+                # list: skipped, not an error (retrying the whole listing lost that race under load).
+                try:
+                    found[c.name] = dict(c.config.labels or {})
+                except NoSuchContainer:
+                    continue
+            return found
 
-        # The listing inspects each container it found: one removed in between (by another run, a
-        # gc) makes it fail, and a new listing does not have it.
-        for _ in range(4):
-            try:
-                return await in_thread(_list)
-            except NoSuchContainer:
-                await asyncio.sleep(0.1)
         return await in_thread(_list)

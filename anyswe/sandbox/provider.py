@@ -72,7 +72,14 @@ class SandboxProvider(ABC, Generic[C]):
 
         task = asyncio.get_running_loop().create_task(stop())
         self._stopping.add(task)
-        task.add_done_callback(self._stopping.discard)
+        task.add_done_callback(self._stopped)
+
+    def _stopped(self, task: asyncio.Task[None]) -> None:
+        self._stopping.discard(task)
+        # A removal that failed leaves its sandbox labelled for the run's sweep and `anyswe gc`: the
+        # error is theirs to report. Retrieved here, it is not printed as "never retrieved".
+        if not task.cancelled():
+            task.exception()
 
     async def drain(self) -> None:
         """Wait until every background removal has finished (errors are the runtime's gc's business)."""
@@ -121,6 +128,11 @@ class SandboxProvider(ABC, Generic[C]):
     @abstractmethod
     async def gone_reason(self, name: str) -> str | None:
         """Why the sandbox ``name`` no longer runs (killed, stopped, OOM-killed, removed); None while it runs."""
+
+    async def init_pid(self, name: str) -> int | None:
+        """The host pid of sandbox ``name``'s PID 1, when it runs on this host in a PID namespace of
+        its own (what :meth:`Sandbox.end_strays` needs); None when that cannot be known."""
+        return None
 
     @abstractmethod
     async def sandboxes(self) -> dict[str, dict[str, str] | None]:
