@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -83,6 +83,17 @@ class ModelSpec(BaseModel):
         default=None, description="scripted: misbehave this way (failure tests)."
     )
     delay: float = Field(default=30.0, ge=0, description="scripted, misbehave: slow: seconds each reply takes.")
+    token_ids: bool = Field(
+        default=False,
+        description="Keep the policy's token ids and log-probs per call in the trajectory (RL rollouts): openai-chat "
+        "asks for them in vLLM's fields (logprobs, return_token_ids, return_tokens_as_token_ids); openai-responses "
+        "reads them from the output items, as NeMo Gym's model server puts them.",
+    )
+    mask_off_policy: bool = Field(
+        default=False,
+        description="Mask a sample whose calls' token ids do not form one growing prefix chain (compaction, "
+        "retries, a rewritten history): its tokens are not what the policy generated in one context.",
+    )
 
     @property
     def agent_protocol(self) -> Protocol:
@@ -90,6 +101,15 @@ class ModelSpec(BaseModel):
         if self.api == "scripted":
             return self.protocol or "openai-chat"
         return self.api
+
+    @model_validator(mode="after")
+    def _tokens_need_a_policy_server(self) -> ModelSpec:
+        if self.token_ids and self.api not in ("openai-chat", "openai-responses"):
+            raise ValueError(
+                "token_ids: the policy's token ids come from an OpenAI-compatible policy server (api openai-chat, "
+                f"as vLLM's, or openai-responses, as NeMo Gym's model server), not api {self.api}"
+            )
+        return self
 
     @field_validator("api_key_env", "base_url_env")
     @classmethod
@@ -113,6 +133,10 @@ class ModelSpec(BaseModel):
                 payload.update(misbehave=self.misbehave, delay=self.delay)
         if self.budget != BudgetSpec():
             payload["budget"] = self.budget.model_dump()
+        if self.token_ids:  # the rows then hold the policy's tokens
+            payload["token_ids"] = True
+        if self.mask_off_policy:  # it decides a mask
+            payload["mask_off_policy"] = True
         if self.replay is not None:
             payload["replay"] = {
                 "run": self.replay.run.name,

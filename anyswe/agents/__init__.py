@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from anyswe.agents.base import (
     Agent,
     AgentConfig,
@@ -13,6 +15,9 @@ from anyswe.agents.base import (
     ModelEndpoint,
 )
 from anyswe.registry import Registry
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = [
     "AGENTS",
@@ -26,6 +31,7 @@ __all__ = [
     "agent_class",
     "agent_names",
     "register_agent",
+    "transcript_tool_results",
 ]
 
 AGENTS: Registry[Agent] = Registry("agent type", Agent)
@@ -36,6 +42,24 @@ AGENTS.register("mini-swe-agent", "anyswe.agents.mini_swe_agent:MiniSweAgent")
 AGENTS.register("claude-code", "anyswe.agents.claude_code:ClaudeCodeAgent")
 AGENTS.register("openclaw", "anyswe.agents.openclaw:OpenClawAgent")
 AGENTS.register("hermes", "anyswe.agents.hermes:HermesAgent")
+
+
+#: An agent's own transcript (a task's artefact) -> the reader of its tool results ("module:function",
+#: loaded on use): where it holds more than the gateway saw (gateway/trajectory.add_transcript_results).
+TRANSCRIPTS = {"agent-claude-code.jsonl": "anyswe.agents.claude_code:tool_results"}
+
+
+def transcript_tool_results(files: Mapping[str, str]) -> dict[str, tuple[str, bool]]:
+    """Tool call id -> (what it returned, whether it failed), from whichever agent transcript ``files``
+    (a task's artefacts by name) holds."""
+    import importlib
+
+    found: dict[str, tuple[str, bool]] = {}
+    for name, target in TRANSCRIPTS.items():
+        if files.get(name):
+            module, func = target.split(":")
+            found |= getattr(importlib.import_module(module), func)(files[name])
+    return found
 
 
 def register_agent(name: str, target: str | type[Agent]) -> None:

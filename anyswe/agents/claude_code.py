@@ -116,3 +116,20 @@ def _usage(final: dict[str, Any]) -> AgentUsage:
         cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
         cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
     )
+
+
+def tool_results(transcript: str) -> dict[str, tuple[str, bool]]:
+    """Tool use id -> (its result's text, is_error), from Claude Code's stream-json transcript (its
+    ``user`` events' ``tool_result`` blocks)."""
+    out: dict[str, tuple[str, bool]] = {}
+    for event in json_lines(transcript):
+        message = event.get("message") if event.get("type") == "user" else None
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict) or block.get("type") != "tool_result" or not block.get("tool_use_id"):
+                continue
+            body = block.get("content")
+            if isinstance(body, list):
+                body = "".join(p.get("text", "") for p in body if isinstance(p, dict))
+            out[str(block["tool_use_id"])] = (str(body or ""), bool(block.get("is_error")))
+    return out

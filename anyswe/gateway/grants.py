@@ -18,6 +18,8 @@ from anyswe.gateway.wire import Usage
 
 if TYPE_CHECKING:
     from anyswe.gateway.server import Upstream
+    from anyswe.gateway.wire import Digest
+    from anyswe.model import PriceSpec
 
 #: The request fields that cap a reply's tokens, per protocol (whichever the request sets).
 _OUTPUT_CAPS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
@@ -104,6 +106,30 @@ class Grant:
     #: Calls refused (budget or recording cap) so far; whether the trajectory notes the cap's refusal.
     refused: int = 0
     cap_noted: bool = False
+    #: Steps recorded so far, and the last recorded call's (message count, conversation hash).
+    steps: int = 0
+    last_conversation: tuple[int, str] | None = None
+    #: The model's prices, for each step's cost (None: unpriced).
+    prices: PriceSpec | None = None
+    #: A chat completions task's previous call: its messages as sent and their digest, which a call that
+    #: continues that history extends with its new messages only (gateway/trajectory.py's _prior).
+    chat_digest: tuple[list[Any], Digest] | None = None
+    #: Whether the calls' token ids form one growing prefix chain (each prompt starts with the previous
+    #: prompt and its generation): None until a call brings token ids; False once one breaks it
+    #: (compaction, a retry, a rewritten history), i.e. the rollout is off-policy.
+    prefix_chain: bool | None = None
+    last_tokens: list[int] | None = None
+
+    def chain(self, tokens: dict[str, list[Any]] | None) -> None:
+        """Follow the prefix chain with one call's tokens (a call without prompt ids breaks it)."""
+        prompt = (tokens or {}).get("prompt_token_ids")
+        if prompt is None:
+            if self.prefix_chain is not None:
+                self.prefix_chain = False
+            return
+        follows = self.last_tokens is None or prompt[: len(self.last_tokens)] == self.last_tokens
+        self.prefix_chain = follows and self.prefix_chain is not False
+        self.last_tokens = [*prompt, *((tokens or {}).get("generation_token_ids") or [])]
 
     def tokens_held(self) -> int:
         """Tokens used so far plus those reserved by calls in flight."""

@@ -28,15 +28,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from anyswe.gateway.errors import UpstreamError, UpstreamRefused
 from anyswe.gateway.grants import Budget, Grant, Limits, Reservation
+from anyswe.gateway.render import render_error, render_json, render_stream
+from anyswe.gateway.trajectory import refused_record, step_record
 from anyswe.gateway.wire import (
     Conversation,
     Reply,
     WireError,
-    conversation_hash,
     read_request,
-    render_error,
-    render_json,
-    render_stream,
 )
 from anyswe.gateway.wire import (
     Protocol as Wire,
@@ -44,6 +42,8 @@ from anyswe.gateway.wire import (
 
 if TYPE_CHECKING:
     from aiohttp import web
+
+    from anyswe.model import PriceSpec
 
 
 class Upstream(Protocol):
@@ -89,6 +89,7 @@ class Gateway:
         trajectory: Path | None = None,
         budget: Budget | None = None,
         token: str | None = None,
+        prices: PriceSpec | None = None,
     ) -> str:
         """A new token for task ``key`` on ``model`` (or the given one): the only credential the agent gets."""
         token = token or f"anyswe-{secrets.token_urlsafe(24)}"
@@ -100,6 +101,7 @@ class Gateway:
             budget or Budget(),
             record_cap=self.limits.task_bytes,
             call_cap=self.limits.task_calls,
+            prices=prices,
         )
         self._grants[token] = grant
         return token
@@ -108,6 +110,7 @@ class Gateway:
         """End a task's access (and remove its socket, if it has one); its usage stays readable."""
         grant = self._grants[token]
         grant.active = False
+        grant.chat_digest = None  # the last call's history, kept for the next call: there is none
         for path, (owner, _) in list(self._task_sockets.items()):
             if owner == token:
                 self._close_socket(path)
@@ -171,8 +174,17 @@ class Gateway:
         # aiohttp's keep-alive timer runs from a connection's start and from each reply until the next
         # request's headers are in: it is the header read timeout (and closes idle connections). A refused
         # body is drained for a short while only (lingering), so its client can read the refusal.
+        # An agent that goes away mid-call (stopped at its deadline, its sandbox removed) cancels its
+        # upstream call: no model keeps generating for nobody, and its reservation is given back. On
+        # close, calls still in flight are cancelled at once (aiohttp's default waits 60 s for them: a
+        # run whose last task had a slow call ended a minute late).
         self._runner = web.AppRunner(
-            self._app(), access_log=None, keepalive_timeout=self.limits.header_seconds, lingering_time=2.0
+            self._app(),
+            access_log=None,
+            keepalive_timeout=self.limits.header_seconds,
+            lingering_time=2.0,
+            handler_cancellation=True,
+            shutdown_timeout=1.0,
         )
         await self._runner.setup()
         for host in hosts:
@@ -186,6 +198,9 @@ class Gateway:
             await web.UnixSite(self._runner, str(self.socket)).start()
 
     async def close(self) -> None:
+        from anyswe.gateway.openai_chat import close_sessions
+
+        await close_sessions()  # the direct upstream's pooled connections
         for path in list(self._task_sockets):
             self._close_socket(path)
         if self._runner is not None:
@@ -260,7 +275,7 @@ class Gateway:
         if isinstance(held, str):
             if held.startswith("recorded bytes") and not grant.cap_noted:  # once: the cap bounds the file too
                 grant.cap_noted = True
-                self._record(grant, {"time": time.time(), "refused": held, "request_bytes": len(raw)})
+                self._record(grant, refused_record(grant, held, len(raw)))
             # The token stops granting calls: a 401, which no client retries (a 429 or 5xx would be
             # retried and the agent would spin; litellm turns a 403 into a retried APIError).
             return self._error(protocol, 401, f"anyswe budget exhausted: {held}", "authentication_error")
@@ -310,7 +325,9 @@ class Gateway:
     async def _respond_json(self, protocol: Wire, reply: Reply, conv: Conversation) -> web.Response:
         from aiohttp import web
 
-        return web.json_response(render_json(protocol, reply, conv.model))
+        from anyswe.gateway._json import dumps
+
+        return web.Response(body=dumps(render_json(protocol, reply, conv.model)), content_type="application/json")
 
     async def _respond_stream(
         self, request: web.Request, protocol: Wire, reply: Reply, conv: Conversation
@@ -335,33 +352,18 @@ class Gateway:
         latency: float,
     ) -> None:
         grant.settle(held, reply.usage)
-        if grant.trajectory is None:
-            return
-        self._record(
-            grant,
-            {
-                "time": time.time(),
-                "latency_s": round(latency, 4),
-                "protocol": protocol,
-                "model": grant.model,
-                "conversation_hash": conversation_hash(conv.messages),
-                "request": body,
-                "reply": {
-                    "text": reply.text,
-                    "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
-                    "stop": reply.stop,
-                },
-                "usage": vars(reply.usage),
-            },
-        )
+        if grant.trajectory is not None:
+            self._record(grant, step_record(grant, protocol, body, conv, reply, latency))
 
-    def _record(self, grant: Grant, record: dict[str, Any]) -> None:
-        """One line in the task's trajectory (if it has one); a failure marks the task, never the call."""
+    def _record(self, grant: Grant, line: str) -> None:
+        """One line in the task's trajectory (if it has one, in anyswe/gateway/trajectory.py's
+        contract); a failure marks the task, never the call."""
         if grant.trajectory is None:
             return
         try:
-            grant.trajectory.parent.mkdir(parents=True, exist_ok=True)
+            if grant.steps <= 1:  # the task's first record (a mkdir per call cost as much as the write)
+                grant.trajectory.parent.mkdir(parents=True, exist_ok=True)
             with open(grant.trajectory, "a") as fh:
-                fh.write(json.dumps(record) + "\n")
+                fh.write(line)
         except OSError as exc:  # the agent still gets its reply; the task is retried as an infra error
             grant.unrecorded = grant.unrecorded or f"the gateway could not record a call in {grant.trajectory}: {exc}"

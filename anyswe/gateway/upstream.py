@@ -1,7 +1,8 @@
 """Real model upstreams, reached through litellm (pinned), whatever protocol the agent speaks.
 
 The gateway reads every agent request into its neutral form; this upstream sends that conversation
-to the model's ``base_url`` in the model's own protocol (``api``) through litellm — which does the
+to the model's ``base_url`` in the model's own protocol (``api``): OpenAI chat completions directly
+(openai_chat.py: the RL path's policy servers, with nothing in between), the others through litellm — which does the
 OpenAI / Anthropic / Responses conversions, so a Claude Code agent can run on an OpenAI-protocol
 model — and reads the reply back into the neutral form, which the gateway writes in the agent's
 protocol. The spec's ``params`` win over what the agent sent. Transient upstream errors (429, 5xx,
@@ -17,7 +18,7 @@ import os
 from typing import Any
 
 from anyswe.gateway.errors import UpstreamError
-from anyswe.gateway.wire import Conversation, Reply, ToolCall, Usage
+from anyswe.gateway.wire import Conversation, Reply, ToolCall, Usage, tool_args
 from anyswe.model import ModelSpec
 
 #: litellm's model prefix for each upstream protocol.
@@ -45,21 +46,25 @@ def _openai_messages(conv: Conversation) -> list[dict[str, Any]]:
 
 
 def _tools(conv: Conversation) -> list[dict[str, Any]] | None:
-    tools = [
-        {"type": "function", "function": {"name": name, "parameters": schema or {"type": "object"}}}
-        for name, schema in conv.tools.items()
-    ]
+    tools = []
+    for name, schema in conv.tools.items():
+        function = {"name": name, "parameters": schema or {"type": "object"}}
+        if name in conv.tool_descriptions:  # what the tool does: the model needs it as much as the schema
+            function["description"] = conv.tool_descriptions[name]
+        tools.append({"type": "function", "function": function})
     return tools or None
 
 
 def _reply(response: Any) -> Reply:
     choice = response.choices[0]
     message = choice.message
-    calls = [ToolCall(c.id, c.function.name, _arguments(c.function.arguments)) for c in (message.tool_calls or [])]
+    calls = [ToolCall(c.id, c.function.name, tool_args(c.function.arguments)) for c in (message.tool_calls or [])]
     usage = getattr(response, "usage", None)
     details = getattr(usage, "prompt_tokens_details", None)
+    reasoning = getattr(message, "reasoning_content", None)  # litellm's name for any provider's reasoning
     return Reply(
         text=message.content or "",
+        reasoning=str(reasoning) if reasoning else None,
         tool_calls=calls,
         usage=Usage(
             input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
@@ -68,14 +73,6 @@ def _reply(response: Any) -> Reply:
         ),
         stop=_STOP.get(choice.finish_reason or "", "tool_use" if calls else "end"),  # type: ignore[arg-type]
     )
-
-
-def _arguments(raw: str | None) -> dict[str, Any]:
-    try:
-        parsed = json.loads(raw or "{}")
-    except json.JSONDecodeError:
-        return {"_unparsed": raw}
-    return parsed if isinstance(parsed, dict) else {"_value": parsed}
 
 
 class HttpUpstream:
@@ -88,6 +85,11 @@ class HttpUpstream:
         self._key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
 
     async def reply(self, conv: Conversation) -> Reply:
+        base = self.spec.endpoint_url()
+        # The OpenAI protocols at a given URL (policy servers, vLLM, Gym's model server) are spoken
+        # directly: no litellm in the path (without a URL litellm knows the provider's default).
+        if self.spec.api in ("openai-chat", "openai-responses") and base:
+            return await self._direct(base.rstrip("/"), conv)
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         import litellm
 
@@ -106,6 +108,25 @@ class HttpUpstream:
             return _reply(await litellm.acompletion(**kwargs))
         except Exception as exc:  # litellm's errors carry the upstream's status
             raise self._error(exc) from None
+
+    async def _direct(self, base: str, conv: Conversation) -> Reply:
+        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+        try:
+            if self.spec.api == "openai-chat":
+                from anyswe.gateway import openai_chat
+
+                same = conv.protocol == "openai-chat" and conv.body is not None  # sent as written: no translation
+                messages, tools = ([], None) if same else (_openai_messages(conv), _tools(conv))
+                body = openai_chat.request_body(self.spec, conv, messages, tools)
+                return await openai_chat.post_chat(base + "/chat/completions", body, headers, self.spec.model)
+            from anyswe.gateway import openai_responses
+
+            body = openai_responses.request_body(self.spec, conv)
+            return await openai_responses.post_responses(base + "/responses", body, headers, self.spec.model)
+        except UpstreamError as exc:
+            if self._key:
+                exc.args = (str(exc).replace(self._key, "[key]"),)
+            raise
 
     def _error(self, exc: Exception) -> UpstreamError:
         status = int(getattr(exc, "status_code", 502) or 502)

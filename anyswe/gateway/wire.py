@@ -1,19 +1,15 @@
-"""The three model protocols on the wire: requests read into one neutral form, replies written back.
+"""The three model protocols on the wire, read into one neutral form (replies are written back in
+render.py).
 
-Anthropic Messages, OpenAI Chat Completions and OpenAI Responses, each as one JSON body or as the
-server-sent events the official APIs send (usage included), shaped after the official SDKs' types
-(the tests parse them with those SDKs). The neutral form is what anyswe itself needs of a call:
-the conversation (for the scripted model and the trajectory) and the reply (text, tool calls,
-usage, why it stopped).
+Anthropic Messages, OpenAI Chat Completions and OpenAI Responses requests. The neutral form is what
+anyswe itself needs of a call: the conversation (for the scripted model, the trajectory and an
+upstream in another protocol) and the reply (text, reasoning, tool calls, usage, why it stopped).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -47,6 +43,12 @@ class Conversation:
     tools: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> JSON schema of its input
     stream: bool = False
     include_usage: bool = False  # openai-chat: stream_options.include_usage
+    #: name -> what the agent told the model its tool does (the model needs it as much as the schema).
+    tool_descriptions: dict[str, str] = field(default_factory=dict)
+    #: The protocol the agent spoke and its body as sent: an upstream of the same protocol gets the
+    #: agent's own messages and tools, untouched (a policy's prompt tokens are then the agent's).
+    protocol: Protocol | None = None
+    body: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,10 @@ class Reply:
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     stop: Stop = "end"
+    tokens: dict[str, list[Any]] | None = None  #: the policy's token ids/log-probs (Gym's names), if given
+    #: What the model reasoned before it answered, where its protocol returns it (a thinking block,
+    #: ``reasoning_content``, a Responses reasoning item's summary).
+    reasoning: str | None = None
 
 
 class WireError(ValueError):
@@ -74,8 +80,49 @@ class WireError(ValueError):
 
 def conversation_hash(messages: list[Message]) -> str:
     """A digest of what was said (roles, texts, tool calls and results), whatever the protocol or call ids."""
-    said = [(m.role, m.text, [(c.name, c.arguments) for c in m.tool_calls]) for m in messages]
-    return hashlib.sha256(json.dumps(said, sort_keys=True).encode()).hexdigest()
+    return conversation_hashes(messages)[1]
+
+
+def conversation_hashes(messages: list[Message], prefix: int | None = None) -> tuple[str | None, str]:
+    """:func:`conversation_hash` of the first ``prefix`` messages (None if there are fewer) and of all,
+    in one pass."""
+    digest, at = Digest(), None
+    for n, m in enumerate(messages):
+        if n == prefix:
+            at = digest.hexdigest()
+        digest.add([m])
+    if prefix == len(messages):
+        at = digest.hexdigest()
+    return at, digest.hexdigest()
+
+
+_SAID = json.JSONEncoder(sort_keys=True)
+
+
+class Digest:
+    """:func:`conversation_hash` as a conversation grows: SHA-256 of the JSON list of what each message
+    said, fed item by item (json.dumps of a list is its items' encodings, ", "-joined in brackets), so
+    a call that continues the previous one's history hashes only its new messages."""
+
+    def __init__(self) -> None:
+        self._sha = hashlib.sha256(b"[")
+        self.count = 0
+
+    def add(self, messages: list[Message]) -> None:
+        for m in messages:
+            said = _SAID.encode((m.role, m.text, [(c.name, c.arguments) for c in m.tool_calls]))
+            self._sha.update(((", " if self.count else "") + said).encode())
+            self.count += 1
+
+    def copy(self) -> Digest:
+        twin = Digest()
+        twin._sha, twin.count = self._sha.copy(), self.count
+        return twin
+
+    def hexdigest(self) -> str:
+        done = self._sha.copy()
+        done.update(b"]")
+        return str(done.hexdigest())
 
 
 # -- reading requests ---------------------------------------------------------------------------
@@ -90,7 +137,7 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def _arguments(raw: Any) -> dict[str, Any]:
+def tool_args(raw: Any) -> dict[str, Any]:  # JSON text or an object; bad JSON kept as text
     if isinstance(raw, dict):
         return raw
     try:
@@ -113,7 +160,7 @@ def _anthropic_messages(body: dict[str, Any]) -> list[Message]:
             if kind == "text":
                 msg.text += block.get("text", "")
             elif kind == "tool_use":
-                msg.tool_calls.append(ToolCall(block["id"], block["name"], _arguments(block.get("input"))))
+                msg.tool_calls.append(ToolCall(block["id"], block["name"], tool_args(block.get("input"))))
             elif kind == "tool_result":
                 out.append(Message("tool", _text(block.get("content")), tool_call_id=block.get("tool_use_id")))
         if msg.text or msg.tool_calls:
@@ -126,7 +173,7 @@ def _chat_messages(body: dict[str, Any]) -> list[Message]:
     for m in body.get("messages") or []:
         role = "system" if m.get("role") == "developer" else m.get("role", "user")
         calls = [
-            ToolCall(c["id"], c["function"]["name"], _arguments(c["function"].get("arguments")))
+            ToolCall(c["id"], c["function"]["name"], tool_args(c["function"].get("arguments")))
             for c in m.get("tool_calls") or []
         ]
         out.append(Message(role, _text(m.get("content")), calls, m.get("tool_call_id")))
@@ -144,7 +191,7 @@ def _responses_messages(body: dict[str, Any]) -> list[Message]:
             role = "system" if item.get("role") == "developer" else item.get("role", "user")
             out.append(Message(role, _text(item.get("content"))))
         elif kind == "function_call":
-            call = ToolCall(item.get("call_id") or item.get("id", ""), item["name"], _arguments(item.get("arguments")))
+            call = ToolCall(item.get("call_id") or item.get("id", ""), item["name"], tool_args(item.get("arguments")))
             if out and out[-1].role == "assistant" and not out[-1].text:
                 out[-1].tool_calls.append(call)
             else:
@@ -154,16 +201,22 @@ def _responses_messages(body: dict[str, Any]) -> list[Message]:
     return out
 
 
-def _tools(protocol: Protocol, body: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    tools = {}
+def _tools(protocol: Protocol, body: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The function tools offered: name -> JSON schema of its input, and name -> description."""
+    tools, descriptions = {}, {}
     for t in body.get("tools") or []:
         if protocol == "anthropic-messages" and "name" in t:
-            tools[t["name"]] = t.get("input_schema") or {}
+            tool, schema = t, t.get("input_schema")
         elif protocol == "openai-chat" and t.get("type") == "function":
-            tools[t["function"]["name"]] = t["function"].get("parameters") or {}
+            tool, schema = t["function"], t["function"].get("parameters")
         elif protocol == "openai-responses" and t.get("type") == "function":
-            tools[t["name"]] = t.get("parameters") or {}
-    return tools
+            tool, schema = t, t.get("parameters")
+        else:
+            continue
+        tools[tool["name"]] = schema or {}
+        if tool.get("description"):
+            descriptions[tool["name"]] = str(tool["description"])
+    return tools, descriptions
 
 
 def read_request(protocol: Protocol, body: Any) -> Conversation:
@@ -176,224 +229,10 @@ def read_request(protocol: Protocol, body: Any) -> Conversation:
             "openai-chat": _chat_messages,
             "openai-responses": _responses_messages,
         }[protocol](body)
+        tools, descriptions = _tools(protocol, body)
     except (KeyError, TypeError, AttributeError) as exc:
         raise WireError(f"malformed {protocol} request: {type(exc).__name__} {exc}") from None
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    return Conversation(body["model"], messages, _tools(protocol, body), bool(body.get("stream")), include_usage)
-
-
-# -- writing replies ----------------------------------------------------------------------------
-
-
-def _id(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:24]}"
-
-
-_ANTHROPIC_STOP = {"end": "end_turn", "tool_use": "tool_use", "max_tokens": "max_tokens"}
-_CHAT_STOP = {"end": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
-
-
-def _anthropic_usage(u: Usage) -> dict[str, int]:
-    cache = {"cache_creation_input_tokens": u.cache_write_tokens, "cache_read_input_tokens": u.cache_read_tokens}
-    return {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, **cache}
-
-
-def _chat_usage(u: Usage) -> dict[str, Any]:
-    return {
-        "prompt_tokens": u.input_tokens,
-        "completion_tokens": u.output_tokens,
-        "total_tokens": u.input_tokens + u.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cache_read_tokens},
-    }
-
-
-def _responses_usage(u: Usage) -> dict[str, Any]:
-    return {
-        "input_tokens": u.input_tokens,
-        "input_tokens_details": {"cached_tokens": u.cache_read_tokens},
-        "output_tokens": u.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": u.input_tokens + u.output_tokens,
-    }
-
-
-def _anthropic_message(reply: Reply, model: str, msg_id: str) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
-    content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in reply.tool_calls]
-    return {
-        "id": msg_id,
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": _ANTHROPIC_STOP[reply.stop],
-        "stop_sequence": None,
-        "usage": _anthropic_usage(reply.usage),
-    }
-
-
-def _chat_tool_call(c: ToolCall) -> dict[str, Any]:
-    return {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-
-
-def _responses_items(reply: Reply) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    if reply.text:
-        part = {"type": "output_text", "text": reply.text, "annotations": [], "logprobs": []}
-        items.append(
-            {"type": "message", "id": _id("msg_"), "status": "completed", "role": "assistant", "content": [part]}
-        )
-    for c in reply.tool_calls:
-        items.append(
-            {
-                "type": "function_call",
-                "id": _id("fc_"),
-                "call_id": c.id,
-                "name": c.name,
-                "arguments": json.dumps(c.arguments),
-                "status": "completed",
-            }
-        )
-    return items
-
-
-def _response(reply: Reply | None, model: str, resp_id: str, items: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "id": resp_id,
-        "object": "response",
-        "created_at": int(time.time()),
-        "status": "completed" if reply is not None else "in_progress",
-        "model": model,
-        "output": items,
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-        "usage": _responses_usage(reply.usage) if reply is not None else None,
-    }
-
-
-def render_json(protocol: Protocol, reply: Reply, model: str) -> dict[str, Any]:
-    """The non-streaming response body."""
-    if protocol == "anthropic-messages":
-        return _anthropic_message(reply, model, _id("msg_"))
-    if protocol == "openai-chat":
-        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
-        if reply.tool_calls:
-            message["tool_calls"] = [_chat_tool_call(c) for c in reply.tool_calls]
-        return {
-            "id": _id("chatcmpl-"),
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": _CHAT_STOP[reply.stop]}],
-            "usage": _chat_usage(reply.usage),
-        }
-    return _response(reply, model, _id("resp_"), _responses_items(reply))
-
-
-def _chunks(text: str, size: int = 16) -> list[str]:
-    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
-
-
-def _sse(event: str | None, data: dict[str, Any]) -> bytes:
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {json.dumps(data)}\n\n".encode()
-
-
-def _anthropic_stream(reply: Reply, model: str) -> Iterator[bytes]:
-    start = _anthropic_message(Reply(usage=Usage(input_tokens=reply.usage.input_tokens)), model, _id("msg_"))
-    start.update(content=[], stop_reason=None)
-    start["usage"]["output_tokens"] = 1
-    yield _sse("message_start", {"type": "message_start", "message": start})
-    index = 0
-    if reply.text:
-        yield _sse(
-            "content_block_start",
-            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        )
-        for piece in _chunks(reply.text):
-            delta = {"type": "text_delta", "text": piece}
-            yield _sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
-        yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-        index = 1
-    for i, c in enumerate(reply.tool_calls, start=index):
-        block = {"type": "tool_use", "id": c.id, "name": c.name, "input": {}}
-        yield _sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": block})
-        for piece in _chunks(json.dumps(c.arguments)):
-            delta = {"type": "input_json_delta", "partial_json": piece}
-            yield _sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
-        yield _sse("content_block_stop", {"type": "content_block_stop", "index": i})
-    stopped: dict[str, Any] = {"stop_reason": _ANTHROPIC_STOP[reply.stop], "stop_sequence": None}
-    yield _sse("message_delta", {"type": "message_delta", "delta": stopped, "usage": _anthropic_usage(reply.usage)})
-    yield _sse("message_stop", {"type": "message_stop"})
-
-
-def _chat_stream(reply: Reply, model: str, include_usage: bool) -> Iterator[bytes]:
-    base = {"id": _id("chatcmpl-"), "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return _sse(None, {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-
-    yield chunk({"role": "assistant", "content": ""})
-    if reply.text:
-        for piece in _chunks(reply.text):
-            yield chunk({"content": piece})
-    for k, c in enumerate(reply.tool_calls):
-        first = {"index": k, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}
-        yield chunk({"tool_calls": [first]})
-        for piece in _chunks(json.dumps(c.arguments)):
-            yield chunk({"tool_calls": [{"index": k, "function": {"arguments": piece}}]})
-    yield chunk({}, _CHAT_STOP[reply.stop])
-    if include_usage:
-        yield _sse(None, {**base, "choices": [], "usage": _chat_usage(reply.usage)})
-    yield b"data: [DONE]\n\n"
-
-
-def _responses_stream(reply: Reply, model: str) -> Iterator[bytes]:
-    resp_id, seq = _id("resp_"), iter(range(1 << 30))
-
-    def ev(kind: str, **data: Any) -> bytes:
-        return _sse(kind, {"type": kind, "sequence_number": next(seq), **data})
-
-    yield ev("response.created", response=_response(None, model, resp_id, []))
-    yield ev("response.in_progress", response=_response(None, model, resp_id, []))
-    items = _responses_items(reply)
-    for n, item in enumerate(items):
-        if item["type"] == "message":
-            yield ev(
-                "response.output_item.added", output_index=n, item={**item, "status": "in_progress", "content": []}
-            )
-            empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            where = {"item_id": item["id"], "output_index": n, "content_index": 0}
-            yield ev("response.content_part.added", **where, part=empty)
-            for piece in _chunks(reply.text):
-                yield ev("response.output_text.delta", **where, delta=piece, logprobs=[])
-            yield ev("response.output_text.done", **where, text=reply.text, logprobs=[])
-            yield ev("response.content_part.done", **where, part=item["content"][0])
-        else:
-            yield ev(
-                "response.output_item.added", output_index=n, item={**item, "arguments": "", "status": "in_progress"}
-            )
-            for piece in _chunks(item["arguments"]):
-                yield ev("response.function_call_arguments.delta", item_id=item["id"], output_index=n, delta=piece)
-            yield ev(
-                "response.function_call_arguments.done", item_id=item["id"], output_index=n, arguments=item["arguments"]
-            )
-        yield ev("response.output_item.done", output_index=n, item=item)
-    yield ev("response.completed", response=_response(reply, model, resp_id, items))
-
-
-def render_stream(protocol: Protocol, reply: Reply, model: str, *, include_usage: bool = False) -> Iterator[bytes]:
-    """The server-sent events of a streamed reply, in the order the official API sends them."""
-    if protocol == "anthropic-messages":
-        return _anthropic_stream(reply, model)
-    if protocol == "openai-chat":
-        return _chat_stream(reply, model, include_usage)
-    return _responses_stream(reply, model)
-
-
-def render_error(protocol: Protocol, status: int, message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
-    """An error body in the protocol's own shape."""
-    if protocol == "anthropic-messages":
-        return {"type": "error", "error": {"type": kind, "message": message}}
-    return {"error": {"message": message, "type": kind, "param": None, "code": str(status)}}
+    return Conversation(
+        body["model"], messages, tools, bool(body.get("stream")), include_usage, descriptions, protocol, body
+    )

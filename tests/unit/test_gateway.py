@@ -312,3 +312,36 @@ async def test_wall_time_budget(gateway: Gateway, tmp_path: Path) -> None:
     await asyncio.sleep(0.3)  # past the budget, counted from the first call
     with pytest.raises(openai.AuthenticationError, match="budget exhausted: seconds"):
         await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+
+
+class Reasoner:
+    """An upstream whose model reasons, then calls a tool."""
+
+    def reply(self, conv: Any) -> Any:
+        from anyswe.gateway.wire import Reply, ToolCall
+
+        return Reply(
+            reasoning="the test wants 4", tool_calls=[ToolCall("c1", "bash", {"command": "ls"})], stop="tool_use"
+        )
+
+
+async def test_a_models_reasoning_reaches_openai_agents_in_their_shapes(gateway: Gateway, tmp_path: Path) -> None:
+    """Chat completions: ``reasoning_content`` on the message and in stream deltas (vLLM's and DeepSeek's
+    field); Responses: a reasoning item with its summary, streamed too. (Anthropic's thinking blocks
+    carry a signature only Anthropic can make: the reasoning is kept in the trajectory, not sent.)"""
+    token = gateway.grant("t", "m", Reasoner(), trajectory=tmp_path / "traj.jsonl")
+    client = _client(openai.AsyncOpenAI, base_url=gateway.url() + "/v1", api_key=token)
+    messages: list[Any] = [{"role": "user", "content": "fix it"}]
+    chat = await client.chat.completions.create(model="m", messages=messages, tools=[BASH_CHAT])  # type: ignore[list-item]
+    assert getattr(chat.choices[0].message, "reasoning_content", None) == "the test wants 4"
+    stream = await client.chat.completions.create(model="m", messages=messages, tools=[BASH_CHAT], stream=True)  # type: ignore[list-item]
+    said = "".join([getattr(c.choices[0].delta, "reasoning_content", None) or "" async for c in stream if c.choices])
+    assert said == "the test wants 4"
+    response = await client.responses.create(model="m", input="fix it", tools=[BASH_RESPONSES])  # type: ignore[list-item]
+    assert [i.type for i in response.output] == ["reasoning", "function_call"]
+    assert response.output[0].summary[0].text == "the test wants 4"  # type: ignore[union-attr]
+    events = await client.responses.create(model="m", input="fix it", tools=[BASH_RESPONSES], stream=True)  # type: ignore[list-item]
+    final = [e.response async for e in events if e.type == "response.completed"]
+    assert [i.type for i in final[0].output] == ["reasoning", "function_call"]
+    steps = [json.loads(line) for line in (tmp_path / "traj.jsonl").read_text().splitlines()]
+    assert {s["reply"]["reasoning"] for s in steps} == {"the test wants 4"}

@@ -176,6 +176,55 @@ async def test_a_failed_call_gives_its_reservation_back(gateway: Gateway) -> Non
     assert used.calls == 1 and used.upstream_errors == 1 and used.pending_calls == 0
 
 
+async def test_an_agent_that_goes_away_mid_call_cancels_its_upstream_call(gateway: Gateway) -> None:
+    """Its connection closed (an agent stopped at its deadline): the upstream call is cancelled, not left
+    generating for nobody, and its reservation is given back."""
+    upstream = HeldUpstream()
+    cancelled = asyncio.Event()
+    held = upstream.reply
+
+    async def reply(conv: Conversation) -> Reply:
+        try:
+            return await held(conv)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    upstream.reply = reply  # type: ignore[method-assign]
+    token = gateway.grant("t", "m", upstream, budget=Budget(calls=5))
+    async with aiohttp.ClientSession() as session:
+        call = asyncio.ensure_future(
+            session.post(
+                gateway.url() + "/v1/messages", json=_body("anthropic-messages", False), headers={"x-api-key": token}
+            )
+        )
+        await upstream.changed.wait()  # the call is at the upstream
+        call.cancel()  # the agent goes away
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    await asyncio.wait_for(cancelled.wait(), 30)
+    used = gateway.revoke(token)
+    assert (used.calls, used.pending_calls, used.pending_tokens) == (0, 0, 0)
+
+
+async def test_closing_the_gateway_does_not_wait_for_calls_in_flight(tmp_path: Path) -> None:
+    """A call whose upstream never answers (a gate never opened): close still returns, the call cancelled."""
+    upstream = HeldUpstream()
+    async with aiohttp.ClientSession() as session:
+        gw = Gateway()
+        await gw.start()
+        token = gw.grant("t", "m", upstream)
+        call = asyncio.ensure_future(
+            session.post(
+                gw.url() + "/v1/messages", json=_body("anthropic-messages", False), headers={"x-api-key": token}
+            )
+        )
+        await upstream.changed.wait()
+        await asyncio.wait_for(gw.close(), 30)  # aiohttp's default would wait for the handler: forever here
+        with pytest.raises(aiohttp.ClientError):
+            await call
+
+
 # -- the gateway's own caps: request size, recorded bytes per task, slow clients ---------------------
 
 
@@ -226,7 +275,7 @@ async def test_a_task_past_its_recording_cap_is_refused_and_that_is_recorded(tmp
     # A replay of this task serves the three answered calls; the noted refusal is no call.
     from anyswe.gateway.replay import ReplayModel
 
-    assert len(ReplayModel.load(tmp_path / "traj.jsonl").records) == 3
+    assert len(ReplayModel.load(tmp_path / "traj.jsonl").steps) == 3
 
 
 async def test_a_task_without_a_budget_is_held_to_the_gateways_call_cap(tmp_path: Path) -> None:

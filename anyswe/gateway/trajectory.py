@@ -1,0 +1,298 @@
+"""The trajectory contract: one typed, versioned :class:`Step` per model call of a task.
+
+The gateway is the one writer (:func:`step_record`, a line of ``tasks/<key>/trajectory.jsonl`` per
+call) and :func:`read_trajectory` the one reader, for replay, the report and rollouts. A step holds,
+whatever the wire protocol (anthropic-messages, openai-chat, openai-responses), in one neutral form:
+
+- the messages new since the previous call (all of them on the first, or after the agent rewrote
+  its history: ``rewritten``), with ``prior_messages`` saying how many came before;
+- the reply: text, reasoning, tool calls and stop reason;
+- the tool results the agent then saw, taken by the reader from the next call's new messages;
+- usage, cost, latency; token ids and log-probabilities when the upstream returned them;
+- the request body as sent but for the conversation (its messages are the step's), for what the
+  neutral form leaves out (tools, parameters).
+
+Rows written before the contract (no ``schema_version``) are read too: their messages come from the
+request body they kept, through the same wire parser the gateway uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from anyswe.errors import ResultsError
+
+if TYPE_CHECKING:
+    from anyswe.gateway.grants import Grant
+    from anyswe.gateway.wire import Conversation, Digest, Message, Reply
+
+SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class StepToolCall(_Model):
+    id: str = ""
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class StepMessage(_Model):
+    """One message: ``role`` is system, user, assistant or tool (a tool result, with ``tool_call_id``)."""
+
+    role: str
+    text: str = ""
+    tool_calls: list[StepToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    #: A tool result the agent's own transcript marks as failed (None: not known).
+    is_error: bool | None = None
+
+
+class StepReply(_Model):
+    text: str = ""
+    reasoning: str | None = None
+    tool_calls: list[StepToolCall] = Field(default_factory=list)
+    stop: str = "end"
+
+
+class StepUsage(_Model):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class StepTokens(_Model):
+    """The policy's tokens for this call, as a training model server returns them."""
+
+    prompt_token_ids: list[int] | None = None
+    generation_token_ids: list[int] | None = None
+    generation_log_probs: list[float] | None = None
+
+
+class Step(_Model):
+    """One model call of a task, or a call the gateway refused (``refused``: why; no reply)."""
+
+    schema_version: int = SCHEMA_VERSION
+    index: int = 0
+    time: float = 0.0
+    latency_s: float | None = None
+    protocol: str | None = None
+    model: str | None = None
+    conversation_hash: str | None = None
+    prior_messages: int = 0
+    rewritten: bool = False
+    messages: list[StepMessage] = Field(default_factory=list)
+    reply: StepReply | None = None
+    tool_results: list[StepMessage] = Field(default_factory=list)
+    usage: StepUsage = Field(default_factory=StepUsage)
+    cost_usd: float | None = None
+    tokens: StepTokens | None = None
+    request: Any = None
+    refused: Any = None
+
+
+def _messages(messages: list[Message]) -> list[StepMessage]:
+    return [
+        StepMessage(
+            role=m.role,
+            text=m.text,
+            tool_calls=[StepToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in m.tool_calls],
+            tool_call_id=m.tool_call_id,
+        )
+        for m in messages
+    ]
+
+
+#: The request fields that hold the conversation: the step has its new messages, so the request kept
+#: with it leaves them out (a history sent whole on every call would make the file grow with its square).
+CONVERSATION_FIELDS = frozenset({"messages", "input", "system", "instructions"})
+
+
+def step_record(grant: Grant, protocol: str, body: Any, conv: Conversation, reply: Reply, latency: float) -> str:
+    """The trajectory line of one answered call (the gateway's; it advances ``grant``'s step count).
+
+    Written as plain JSON in :class:`Step`'s fields (on every call's path, pydantic's validation of a
+    step the gateway itself builds cost more than the rest of the record); the reader validates it."""
+    import time
+
+    from anyswe.gateway._json import dumps_str
+
+    prior, rewritten, digest = _prior(grant, conv)
+    usage = vars(reply.usage)
+    prices = grant.prices
+    calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls]
+    step = {
+        "schema_version": SCHEMA_VERSION,
+        "index": grant.steps,
+        "time": time.time(),
+        "latency_s": round(latency, 4),
+        "protocol": protocol,
+        "model": grant.model,
+        "conversation_hash": digest,
+        "prior_messages": prior,
+        "rewritten": rewritten,
+        "messages": [_message(m) for m in conv.messages[prior:]],
+        "reply": {"text": reply.text, "reasoning": reply.reasoning, "tool_calls": calls, "stop": reply.stop},
+        "usage": usage,
+        "cost_usd": prices.cost(*usage.values()) if prices is not None else None,
+        "tokens": reply.tokens or None,
+        "request": {k: v for k, v in body.items() if k not in CONVERSATION_FIELDS} if isinstance(body, dict) else None,
+    }
+    grant.steps += 1
+    grant.last_conversation = (len(conv.messages), digest)
+    grant.chain(reply.tokens)
+    return dumps_str(step) + "\n"
+
+
+def _message(m: Message) -> dict[str, Any]:
+    calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls]
+    return {"role": m.role, "text": m.text, "tool_calls": calls, "tool_call_id": m.tool_call_id}
+
+
+def _prior(grant: Grant, conv: Conversation) -> tuple[int, bool, str]:
+    """How many of the conversation's messages the previous call already had, whether the agent
+    rewrote them (compaction, a retry with another history: then every message is new), and the
+    conversation's digest. A chat completions history that continues the previous call's (the same
+    messages, compared as sent) hashes only its new messages (one message of the body is one of the
+    conversation there); any other is hashed in one pass, the previous call's prefix on the way."""
+    from anyswe.gateway.wire import Digest
+
+    raw = conv.body.get("messages") if conv.protocol == "openai-chat" and conv.body is not None else None
+    last, kept = grant.last_conversation, grant.chat_digest
+    count = last[0] if last is not None else 0
+    if last is not None and raw is not None and (digest := _continued(kept, raw, count)) is not None:
+        digest.add(conv.messages[count:])
+        grant.chat_digest = (raw, digest)
+        return count, False, digest.hexdigest()
+    digest, prefix = Digest(), None
+    for n, m in enumerate(conv.messages):
+        if n == count:
+            prefix = digest.hexdigest()
+        digest.add([m])
+    if count == len(conv.messages):
+        prefix = digest.hexdigest()
+    grant.chat_digest = (raw, digest) if raw is not None else None
+    if last is None:
+        return 0, False, digest.hexdigest()
+    return (count, False, digest.hexdigest()) if prefix == last[1] else (0, True, digest.hexdigest())
+
+
+def _continued(kept: tuple[list[Any], Digest] | None, raw: list[Any], count: int) -> Digest | None:
+    """The previous call's digest, copied, if ``raw`` begins with that call's ``count`` messages as sent."""
+    if kept is None or len(kept[0]) != count or len(raw) < count or raw[:count] != kept[0]:
+        return None
+    return kept[1].copy()
+
+
+def refused_record(grant: Grant, why: Any, request_bytes: int) -> str:
+    """The trajectory line of a call the gateway refused (a budget or a cap): never answered."""
+    import time
+
+    step = Step(index=grant.steps, time=time.time(), model=grant.model, refused=why)
+    grant.steps += 1  # a step of its own: the next answered call's index is not the same
+    return json.dumps(step.model_dump(mode="json") | {"request_bytes": request_bytes}) + "\n"
+
+
+def _old_row(row: dict[str, Any], index: int) -> Step:
+    """A row written before the contract: the messages from its request body, read as the gateway reads it."""
+    from anyswe.gateway.wire import WireError, read_request
+
+    kept = {k: v for k, v in row.items() if k not in ("messages", "schema_version")}
+    step = Step.model_validate(kept | {"index": index})
+    if row.get("protocol") and row.get("request") is not None:
+        with contextlib.suppress(WireError):  # a body it cannot read: the step without its messages
+            step.messages = _messages(read_request(row["protocol"], row["request"]).messages)
+    return step
+
+
+def read_trajectory(path: str | Path, transcripts: Mapping[str, str] | None = None) -> list[Step]:
+    """Every step of a trajectory file, old rows included, with each step's ``tool_results`` (the tool
+    messages the next call brought, and what an agent's own transcript adds: ``transcripts``, a task's
+    files by name, else those beside ``path``) and old rows' ``messages`` cut to what was new."""
+    p = Path(path)
+    try:
+        lines = p.read_text().splitlines()
+    except OSError as exc:
+        raise ResultsError(f"cannot read the trajectory {p}: {exc}") from None
+    steps: list[Step] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if n == len(lines):  # torn last line: the process died mid-write
+                break
+            raise ResultsError(f"{p}:{n}: corrupt line in a trajectory") from None
+        steps.append(Step.model_validate(row) if "schema_version" in row else _old_row(row, len(steps)))
+    _cut_old_messages(steps)
+    answered = [s for s in steps if s.reply is not None]
+    for step, following in itertools.pairwise(answered):
+        step.tool_results = _results_of(step, following)
+    add_transcript_results(steps, _transcript_results(p.parent, transcripts))
+    return steps
+
+
+def _transcript_results(task_dir: Path, files: Mapping[str, str] | None) -> dict[str, tuple[str, bool]]:
+    from anyswe.agents import TRANSCRIPTS, transcript_tool_results
+
+    if files is None:
+        files = {n: (task_dir / n).read_text(errors="replace") for n in TRANSCRIPTS if (task_dir / n).is_file()}
+    return transcript_tool_results(files)
+
+
+def _results_of(step: Step, following: Step) -> list[StepMessage]:
+    """The tool results the next call brought for ``step``'s calls: its new tool messages; after a
+    rewritten history (whose messages are all "new") those answering the step's calls by id, else
+    (ids an agent's client renamed) those after the history's last assistant turn."""
+    assert step.reply is not None
+    tools = [m for m in following.messages if m.role == "tool"]
+    if not following.rewritten:
+        return tools
+    ids = {c.id for c in step.reply.tool_calls if c.id}
+    if answered := [m for m in tools if m.tool_call_id in ids]:
+        return answered
+    last = max((n for n, m in enumerate(following.messages) if m.role == "assistant"), default=-1)
+    return [m for m in following.messages[last + 1 :] if m.role == "tool"]
+
+
+def _cut_old_messages(steps: list[Step]) -> None:
+    """Old rows hold the whole conversation: keep what each added to the previous one's."""
+    previous: list[StepMessage] | None = None
+    for step in steps:
+        if step.reply is None or "schema_version" in step.model_fields_set:
+            continue
+        whole = step.messages
+        if previous is not None and whole[: len(previous)] == previous:
+            step.prior_messages, step.messages = len(previous), whole[len(previous) :]
+        else:
+            step.rewritten = previous is not None
+        previous = whole
+
+
+def add_transcript_results(steps: list[Step], results: dict[str, tuple[str, bool]]) -> None:
+    """What an agent's own transcript says its tool calls returned (call id -> text, failed), where it
+    holds more than the gateway saw: whether a result was an error, and the results of the last calls,
+    which no later model call carried (an agent stopped at its turn cap)."""
+    for step in steps:
+        if step.reply is None:
+            continue
+        seen = {m.tool_call_id: m for m in step.tool_results}
+        for call in step.reply.tool_calls:
+            if call.id not in results:
+                continue
+            text, failed = results[call.id]
+            if call.id in seen:
+                seen[call.id].is_error = failed
+            else:
+                step.tool_results.append(StepMessage(role="tool", text=text, tool_call_id=call.id, is_error=failed))
