@@ -331,6 +331,44 @@ def changed_lines(patch: str) -> dict[str, tuple[list[str], list[str]]]:
     return out
 
 
+def changed_in_context(patch: str) -> dict[str, list[tuple[str, str, str]]]:
+    """Per file a diff writes: each line it adds or removes with the last section header (``[...]``)
+    and the last unindented key (``name =`` / ``name:``) before it, as far as its hunk shows them (its
+    context lines and git's hunk header; "" where they do not): a continuation line of a multi-line
+    INI or TOML value is read as part of its key. By unidiff, as :func:`changed_lines`."""
+    if not patch.strip():
+        return {}
+    _swebench()
+    from unidiff import PatchSet  # type: ignore[attr-defined]
+    from unidiff.errors import UnidiffParseError
+
+    out: dict[str, list[tuple[str, str, str]]] = {}
+    try:
+        for f in PatchSet(patch):
+            name = f.target_file if f.target_file != "/dev/null" else f.source_file
+            seen = out.setdefault(_without_prefix(name), [])
+            for hunk in f:
+                # git's hunk header names the last line before the hunk that starts with a letter (its
+                # default funcname): for a config file, often the key a multi-line value belongs to.
+                head = _KEY.match(hunk.section_header or "")
+                section, key = "", head.group(1) if head else ""
+                for line in hunk:
+                    text = line.value.rstrip("\n")
+                    if line.is_added or line.is_removed:
+                        seen.append((section, key, text))
+                    if _SECTION.match(text):
+                        section, key = text.strip(), ""
+                    elif _KEY.match(text):
+                        key = _KEY.match(text).group(1)  # type: ignore[union-attr]
+    except UnidiffParseError:
+        return {}
+    return out
+
+
+_SECTION = re.compile(r"^\s*\[[^\]]+\]\s*$")
+_KEY = re.compile(r"^([A-Za-z_][\w.-]*)\s*[=:]")
+
+
 def _without_prefix(name: str) -> str:
     """A diff's file name without git's ``a/`` or ``b/``."""
     return name[2:] if name[:2] in ("a/", "b/") else name

@@ -76,3 +76,48 @@ def test_flags_are_counted_per_cell_and_old_rows_read_as_unchecked() -> None:
     (cell,) = cell_table(frame).to_dicts()
     # The verdict stands (the flagged row is still resolved); the table says how many were flagged.
     assert (cell["tasks"], cell["resolved"], cell["flagged"]) == (3, 1, 1)
+
+
+def _edit(repo: Path, commit: str, path: str, after: str, line: str, tmp: Path) -> str:
+    """``git diff`` of a real repository's file at ``commit`` with ``line`` inserted after the line ``after``:
+    an agent's edit as the patch capture would diff it."""
+    import shutil
+    import subprocess
+
+    mirror = tmp / repo.name
+    if not mirror.exists():
+        shutil.copytree(repo, mirror)
+        (mirror / "refs").mkdir(exist_ok=True)  # the shared copy has packed refs only
+    work = tmp / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(mirror), str(work)], check=True)
+    subprocess.run(["git", "-C", str(work), "checkout", "-q", commit, "--", path], check=True)
+    text = (work / path).read_text()
+    assert after in text, after
+    (work / path).write_text(text.replace(after + "\n", f"{after}\n{line}\n", 1))
+    diff = subprocess.run(["git", "-C", str(work), "diff", "--", path], capture_output=True, text=True, check=True)
+    return diff.stdout
+
+
+def test_a_line_deep_in_a_multi_line_pytest_option_is_flagged(repo_mirror: Path, tmp_path: Path) -> None:
+    """Real config files at Verified base commits (../shared/swebench/repos), edited where the hunk's lines
+    show neither the pytest section's header nor the option's key."""
+    pytest_base = "6e7dc8bac831cd8cf7a53b08efa366bd84f0c0fe"  # pytest-dev__pytest-8399
+    entry = '    "ignore:.*inspect.getargspec.*deprecated, use inspect.signature.*:DeprecationWarning",'
+    hide = _edit(
+        repo_mirror / "pytest.git", pytest_base, "pyproject.toml", entry, '    "ignore::UserWarning",', tmp_path
+    )
+    lines = [x for x in hide.splitlines() if not x.startswith("@@")]
+    assert not any("[tool.pytest" in x or "filterwarnings" in x for x in lines), hide  # only git's hunk header
+    assert patch_flags(hide) == ["test_config"]
+    opts = '    "ignore::pytest.PytestExperimentalApiWarning",'
+    plugin = _edit(
+        repo_mirror / "pytest.git", pytest_base, "pyproject.toml", opts, '    "-p", "no:randomly",', tmp_path
+    )
+    assert patch_flags(plugin) == ["test_config"]
+    # The same file's packaging metadata is not pytest's.
+    other = _edit(repo_mirror / "pytest.git", pytest_base, "pyproject.toml", "[build-system]", "# a note", tmp_path)
+    assert patch_flags(other) == []
+    sphinx_base = "31eba1a76dd485dc633cae48227b46879eda5df4"  # sphinx-doc__sphinx-10323
+    marker = _edit(repo_mirror / "sphinx.git", sphinx_base, "setup.cfg", "    setup_command", "    slow", tmp_path)
+    assert patch_flags(marker) == ["test_config"]  # under [tool:pytest]'s markers
