@@ -30,6 +30,8 @@ from anyswe.errors import (
 if TYPE_CHECKING:
     from anyswe.datasets import load_dataset
     from anyswe.execute.grade import grade, grade_async
+    from anyswe.execute.rollout import Rollout, Rollouts, rollout, rollout_async
+    from anyswe.execute.triage import Triage, triage, triage_async
     from anyswe.experiment import Experiment
     from anyswe.grading import Verdict
     from anyswe.prepare import gold_check, prepare_dataset, prepare_images
@@ -44,6 +46,13 @@ _LAZY = {
     "Experiment": "anyswe.experiment",
     "grade": "anyswe.execute.grade",
     "grade_async": "anyswe.execute.grade",
+    "rollout": "anyswe.execute.rollout",
+    "rollout_async": "anyswe.execute.rollout",
+    "Rollout": "anyswe.execute.rollout",
+    "Rollouts": "anyswe.execute.rollout",
+    "triage": "anyswe.execute.triage",
+    "triage_async": "anyswe.execute.triage",
+    "Triage": "anyswe.execute.triage",
     "Verdict": "anyswe.grading",
     "Spec": "anyswe.spec",
     "load_spec": "anyswe.spec",
@@ -77,6 +86,8 @@ __all__ = [
     "InsufficientDisk",
     "PlanError",
     "ResultsError",
+    "Rollout",
+    "Rollouts",
     "RuntimeNotAvailable",
     "Sandbox",
     "SandboxError",
@@ -85,6 +96,7 @@ __all__ = [
     "SandboxStartError",
     "Spec",
     "SpecError",
+    "Triage",
     "Verdict",
     "cell_table",
     "compare_by",
@@ -100,7 +112,11 @@ __all__ = [
     "prepare_dataset",
     "prepare_images",
     "repo_table",
+    "rollout",
+    "rollout_async",
     "task_frame",
+    "triage",
+    "triage_async",
 ]
 
 

@@ -99,34 +99,17 @@ SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a spec
 
 
 def _print_table(rows: list[dict[str, object]], title: str | None = None) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    """A table on stdout, no column cut (anyswe/results/terminal.py)."""
+    from anyswe.results.terminal import render
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)  # piped output: do not squeeze columns to 80
-    table = Table(title=title)
-    if not rows:
-        console.print("(nothing)")
-        return
-    for col in rows[0]:
-        table.add_column(str(col), justify="right" if isinstance(rows[0][col], (int, float)) else "left")
-    for row in rows:
-        table.add_row(*("" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v)) for v in row.values()))
-    console.print(table)
+    render(rows, title)
 
 
-def _compact(rows: list[dict[str, object]]) -> list[dict[str, object]]:
-    """The cell table for a terminal: the cell id stands for agent/model/provider; times shortened."""
-    drop = {"agent", "model", "provider", "mean_time_image", "mean_time_sandbox_start", "mean_time_patch_capture"}
-    return [
-        {
-            k.replace("mean_time_", "t_").replace("_rate", "%"): v
-            for k, v in r.items()
-            if k not in drop and not k.startswith("median_")
-        }
-        for r in rows
-    ]
+def _cells_view(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The default view of a cell or repo table: the columns that matter most, in 100 columns."""
+    from anyswe.results.terminal import fit, summary
+
+    return fit(summary(rows))
 
 
 @app.command()
@@ -154,8 +137,7 @@ def plan(
 def _note_exclusions(excluded: dict[str, str]) -> None:
     from anyswe.results.tables import exclusion_note
 
-    note = exclusion_note(excluded)
-    if note:
+    if note := exclusion_note(excluded):
         typer.echo(note)
 
 
@@ -176,7 +158,7 @@ def apply(
     address: Annotated[str | None, typer.Option("--address", help="Ray cluster address (host:port, or auto).")] = None,
 ) -> None:
     """Run every task of a spec not already finished in its run directory (re-apply to resume)."""
-    from anyswe._sync import run_stoppable
+    from anyswe._sync import run_stoppable, settle_heap
     from anyswe.experiment import Experiment
 
     exp = None
@@ -184,19 +166,18 @@ def apply(
     try:
         exp = Experiment.load(spec, overrides=set_ or (), run_dir=out)
         _warn(exp.planned.warnings)
+        settle_heap()
         summary = run_stoppable(exp.run_async(concurrency=concurrency, executor=executor, address=address), received)
     except AnysweError as exc:
         _fail(exc)
     except KeyboardInterrupt:
-        name = signal.Signals(received[-1] if received else signal.SIGINT).name
-        typer.secho(
-            f"interrupted ({name}): finished results are kept; apply again to resume", fg=typer.colors.YELLOW, err=True
-        )
+        sig = signal.Signals(received[-1] if received else signal.SIGINT)
+        typer.secho(f"interrupted ({sig.name}): results kept; apply again to resume", fg="yellow", err=True)
         if exp is not None and (exp.run_dir / "plan.json").is_file():
             status(exp.run_dir)
-        raise typer.Exit(code=128 + (received[-1] if received else signal.SIGINT)) from None
+        raise typer.Exit(code=128 + sig) from None
     typer.echo(str(summary))
-    _print_table(_compact(exp.cells().to_dicts()), title="cells")
+    _print_table(_cells_view(exp.cells().to_dicts()), title="cells")
     _note_exclusions(exp.excluded())
     if summary.incomplete:
         typer.secho(
@@ -245,9 +226,11 @@ def results(
     by: Annotated[str, typer.Option("--by", help="cell, repo or instance (an instance x cell matrix).")] = "cell",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per row.")] = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="CSV on stdout.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column (the default view fits 100).")] = False,
 ) -> None:
     """Result tables of a run: per cell (resolve rate with 95% Wilson interval, ...), per repo, or per instance."""
     from anyswe.results.tables import cell_table, instance_matrix, repo_table, task_frame
+    from anyswe.results.terminal import numbered
 
     tables = {"cell": cell_table, "repo": repo_table, "instance": instance_matrix}
     if by not in tables:
@@ -262,8 +245,12 @@ def results(
     elif as_csv:
         typer.echo(table.write_csv(), nl=False)
     else:
-        rows = table.to_dicts()
-        _print_table(_compact(rows) if by != "instance" else rows, title=f"{run_dir} by {by}")
+        rows, legend = table.to_dicts(), list[str]()
+        if not wide:
+            rows, legend = numbered(rows) if by == "instance" else (_cells_view(rows), [])
+        _print_table(rows, title=f"{run_dir} by {by}")
+        for line in legend:
+            typer.echo(line)
         from anyswe.results.tables import run_exclusions
 
         _note_exclusions(run_exclusions(run_dir))
@@ -276,19 +263,32 @@ def diff(
     by: Annotated[str, typer.Option("--by", help="Within one run, pair cells differing in this key.")] = "provider",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per compared pair of cells.")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the paired bootstrap.")] = 0,
+    exclude_flaky: Annotated[
+        Path | None,
+        typer.Option("--exclude-flaky", help="Leave out a triage's flaky instances (a run, or its triage.json)."),
+    ] = None,
 ) -> None:
     """Paired comparison: agreement, flips with instance ids, delta with a bootstrap CI over instances,
     and a paired p (exact McNemar; a sign-flip test by instance when there are several samples)."""
+    import polars as pl
+
+    from anyswe.execute.triage import flaky_instances
     from anyswe.results.compare import compare_by, compare_runs
     from anyswe.results.tables import task_frame
 
     try:
-        tasks = task_frame(run_dir)
-        found = compare_runs(tasks, task_frame(other), seed=seed) if other else compare_by(tasks, by, seed=seed)
+        flaky = sorted(flaky_instances(exclude_flaky)) if exclude_flaky else []
+        tasks = task_frame(run_dir).filter(~pl.col("instance_id").is_in(flaky))
+        if other:
+            found = compare_runs(tasks, task_frame(other).filter(~pl.col("instance_id").is_in(flaky)), seed=seed)
+        else:
+            found = compare_by(tasks, by, seed=seed)
     except AnysweError as exc:
         _fail(exc)
     for c in found:
         typer.echo(json.dumps(c.to_json()) if as_json else str(c))
+    if flaky and not as_json:
+        typer.echo(f"left out as flaky ({exclude_flaky}): {', '.join(flaky)}")
     _warn([w for c in found for w in c.warnings])
 
 
@@ -307,50 +307,15 @@ def report(
     typer.echo(f"wrote {path}")
 
 
-@app.command()
-def regrade(
-    dataset: Annotated[str, typer.Argument(help="Dataset rows (JSONL/JSON/parquet path) or a known dataset name.")],
-    log_dir: Annotated[Path, typer.Argument(help="Directory of <key>/test_output.txt, or an anyswe run directory.")],
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per log.")] = False,
-    name: Annotated[
-        str | None, typer.Option("--name", help="Route by this dataset name when DATASET is a file.")
-    ] = None,
-) -> None:
-    """Re-grade stored test logs offline with the harness each instance routes to."""
-    from anyswe.datasets import load_dataset
-    from anyswe.grading.regrade import regrade as run_regrade
-
-    try:
-        as_path = Path(dataset)
-        ds = load_dataset(name, as_path) if as_path.suffix in (".jsonl", ".json", ".parquet") else load_dataset(dataset)
-        results = list(run_regrade(ds, log_dir))
-    except AnysweError as exc:
-        _fail(exc)
-    errors = [r for r in results if "error" in r]
-    if as_json:
-        for r in results:
-            typer.echo(json.dumps(r, sort_keys=True))
-    else:
-        _print_table(
-            [
-                {
-                    "key": r["key"],
-                    "instance_id": r["instance_id"],
-                    "verdict": r.get("error") or ("resolved" if r["resolved"] else "unresolved"),
-                }
-                for r in results
-            ],
-            title=f"{len(results)} logs, {sum(bool(r.get('resolved')) for r in results)} resolved, "
-            f"{len(errors)} errors",
-        )
-    if errors:
-        raise typer.Exit(code=1)
-
-
-# `anyswe prepare ...` and `anyswe gold-check` live with the preparation code.
+# `anyswe prepare ...`, `anyswe gold-check`, `anyswe serve` and the commands that grade again
+# (`regrade`, `grade`, `triage`) live with their code.
+from anyswe.grade_cli import register as _register_grade  # noqa: E402
 from anyswe.prepare.cli import register as _register_prepare  # noqa: E402
+from anyswe.serve_cli import register as _register_serve  # noqa: E402
 
+_register_grade(app)
 _register_prepare(app)
+_register_serve(app)
 
 
 def main() -> None:

@@ -13,6 +13,8 @@ from anyswe.spec import Spec, load_spec
 if TYPE_CHECKING:
     import polars as pl
 
+    from anyswe.execute.triage import Triage
+
 
 class Experiment:
     """A loaded spec, its plan and its run directory."""
@@ -77,6 +79,14 @@ class Experiment:
     def excluded(self) -> dict[str, str]:
         """Instances the spec excludes on every provider (``dataset.exclude``/``exclude_file``): id -> reason."""
         return dict(self.planned.excluded)
+
+    def triage(self, *, by: str = "provider", k: int = 5, concurrency: int = 4) -> Triage:
+        """What each flip between cells differing in ``by`` is (flaky, backend-systematic, agent
+        variance): its patches graded ``k`` more times on both backends, resumably, in the run
+        directory (:mod:`anyswe.execute.triage`)."""
+        from anyswe.execute.triage import triage_async
+
+        return run_sync(triage_async(self.run_dir, by=by, k=k, concurrency=concurrency))
 
     def cells(self) -> pl.DataFrame:
         """The per-cell table: resolve rate, masked, patch rate, phase times."""

@@ -24,6 +24,7 @@ __all__ = [
     "AgentView",
     "Dataset",
     "Instance",
+    "dataset_of",
     "filter_instances",
     "format_image",
     "image_builder",
@@ -197,6 +198,20 @@ def load_dataset(
         instances=instances,
         harness=harness or (info.harness if info else "auto"),
         image_template=info.image_template if info else None,
+    )
+
+
+def dataset_of(rows: Sequence[Instance], name: str, *, harness: str | None = None) -> Dataset:
+    """A dataset of just ``rows``, graded and imaged as the known dataset ``name`` is (its rows are not
+    loaded: a rollout or a grading of one row needs no copy of Verified)."""
+    info = route(name)
+    demo = info.name in ("demo", "demo-swebench")
+    return Dataset(
+        name=info.name,
+        instances=list(rows),
+        harness=harness or info.harness,
+        image_template=info.image_template,
+        build_context=image_builder(info.name) if demo else None,
     )
 
 

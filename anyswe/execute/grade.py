@@ -125,22 +125,31 @@ def grade(
 
 
 def _dataset_and_instance(
-    instance: Instance | Mapping[str, Any] | str, dataset: str | Dataset | None
+    instance: Instance | Mapping[str, Any] | str, dataset: str | Dataset | None, what: str = "grade"
 ) -> tuple[Dataset, Instance]:
-    from anyswe.datasets import Dataset, Instance, load_dataset
-    from anyswe.datasets.registry import SWEBENCH_IMAGE
-    from anyswe.grading import swebench as sb
+    """The dataset (its harness and images) and the row: an id is looked up in the dataset (loaded
+    if named); a row needs no loaded dataset, only its name's harness and image naming."""
+    from anyswe.datasets import Instance, dataset_of, load_dataset
 
-    ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
     if isinstance(instance, str):
-        if ds is None:
-            raise DatasetError(f"grade: instance {instance!r} is an id: give the dataset it belongs to (dataset=...)")
+        if dataset is None:
+            raise DatasetError(f"{what}: instance {instance!r} is an id: give the dataset it belongs to (dataset=...)")
+        ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
         found = ds.by_id().get(instance)
         if found is None:
-            raise DatasetError(f"grade: dataset {ds.name!r} has no instance {instance!r}")
+            raise DatasetError(f"{what}: dataset {ds.name!r} has no instance {instance!r}")
         return ds, found
-    row = instance if isinstance(instance, Instance) else Instance.model_validate(dict(instance))
-    if ds is None:
+    try:
+        row = instance if isinstance(instance, Instance) else Instance.model_validate(dict(instance))
+    except ValueError as exc:  # pydantic's ValidationError: the field that is wrong
+        raise DatasetError(f"{what}: the instance row is not valid: {exc}") from None
+    if isinstance(dataset, str):
+        return dataset_of([row], dataset), row
+    if dataset is None:  # a repository swebench knows runs in its official image; others need a provider image
+        from anyswe.datasets import Dataset
+        from anyswe.datasets.registry import SWEBENCH_IMAGE
+        from anyswe.grading import swebench as sb
+
         template = SWEBENCH_IMAGE if sb.known_repo(row.repo) else None
-        ds = Dataset(name="", instances=[row], harness="auto", image_template=template)
-    return ds, row
+        return Dataset(name="", instances=[row], harness="auto", image_template=template), row
+    return dataset, row

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from anyswe.errors import AnysweError, PlanError, ResultsError
+from anyswe.errors import PlanError, ResultsError
 from anyswe.execute import models
+from anyswe.execute.decide import amend
 from anyswe.execute.progress import Progress, make_progress
-from anyswe.execute.task import failed_output
 from anyswe.execute.unit import TaskOutput, WorkUnit, make_unit
 from anyswe.execute.worker import Worker
 from anyswe.gateway import Gateway
@@ -82,15 +82,7 @@ def record(store: RunStore, output: TaskOutput) -> TaskResult:
         _write(store, output)
     except (OSError, UnicodeError, ValueError) as exc:
         failure = f"recording the task's results failed: {type(exc).__name__}: {exc}"
-        update = {
-            "model_patch": "",
-            "error_kind": "internal",
-            "error": failure,
-            "mask_sample": True,
-            "resolved": False,
-            "reward": 0.0,
-        }
-        failed = output.result.model_copy(update=update)
+        failed = amend(output.result, model_patch="", error_kind="internal", error=failure)
         store.append(failed)
         return failed
     return output.result
@@ -121,16 +113,7 @@ class _Driver:
 
     async def attempt(self, unit: WorkUnit, gateway: Gateway | None) -> TaskOutput:
         async with self.slots:
-            task_dir = self.store.task_dir(unit.key)
-            (task_dir / models.TRAJECTORY).unlink(missing_ok=True)  # an earlier attempt's calls
-            try:
-                unit, token = await models.grant(gateway, unit, task_dir)
-            except AnysweError as exc:  # e.g. nothing recorded to replay: this task's error only
-                output = failed_output(unit, "agent", f"{type(exc).__name__}: {exc}")
-            else:
-                output = await self.worker.run(unit)
-                if gateway is not None and token is not None:
-                    output = models.settle(output, gateway.revoke(token), task_dir, unit.model)
+            output = await models.attempt(self.worker, gateway, unit, self.store.task_dir(unit.key))
         # Waiting for the lock and writing are one task that a cancellation cannot interrupt: a
         # finished task's row is written before the run stops (and before its store closes).
         writing = asyncio.ensure_future(self._record(output))
@@ -204,7 +187,7 @@ async def execute(
         run_id = uuid.uuid4().hex[:12]
         units = pending_units(plan, store, run_id)
         local_bound = concurrency or plan.spec.concurrency
-        runner = _runner(
+        runner = make_runner(
             kind,
             address or plan.spec.executor.address,
             {u.provider.type: local_bound for u in units},
@@ -248,7 +231,7 @@ class Runner(Protocol):
     async def close(self) -> None: ...
 
 
-def _runner(
+def make_runner(
     kind: str, address: str | None, local_resources: dict[str, float], gateway_host: str | None = None
 ) -> Runner:
     if kind == "local":

@@ -15,10 +15,11 @@ import json
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from anyswe.agents import ExitReason, agent_class
-from anyswe.errors import AgentError, RuntimeNotAvailable
+from anyswe.errors import AgentError, AnysweError, RuntimeNotAvailable
+from anyswe.execute.decide import amend
 from anyswe.execute.unit import TaskOutput, WorkUnit
 from anyswe.gateway import Budget, Gateway, Grant, ScriptedModel
 from anyswe.gateway.relay import join_address
@@ -124,7 +125,10 @@ async def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tupl
         upstream = scripted_upstream(unit, model)
     else:
         upstream = HttpUpstream(model)
-    token = gateway.grant(unit.key, unit.cell.model, upstream, trajectory=task_dir / TRAJECTORY, budget=budget)
+    trajectory = task_dir / TRAJECTORY
+    token = gateway.grant(
+        unit.key, unit.cell.model, upstream, trajectory=trajectory, budget=budget, prices=model.prices
+    )
     endpoint = ModelEndpoint(
         name=unit.cell.model,
         api=model.agent_protocol,
@@ -148,6 +152,33 @@ async def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tupl
     return dataclasses.replace(unit, endpoint=endpoint), token
 
 
+class Runs(Protocol):
+    """Whatever runs a unit: the in-process Worker, or the Ray runner."""
+
+    async def run(self, unit: WorkUnit) -> TaskOutput: ...
+
+
+async def attempt(runner: Runs, gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> TaskOutput:
+    """One attempt at one task, the same for every caller (the local and Ray driver, a rollout, the
+    server): a grant of the model (its trajectory into ``task_dir``), the unit run, the grant's usage
+    folded in. Never raises for the task's own failure; its grant is revoked on every path."""
+    from anyswe.execute.task import failed_output
+
+    (task_dir / TRAJECTORY).unlink(missing_ok=True)  # an earlier attempt's calls
+    try:
+        unit, token = await grant(gateway, unit, task_dir)
+    except AnysweError as exc:  # e.g. nothing recorded to replay: this task's error only
+        return failed_output(unit, "agent", f"{type(exc).__name__}: {exc}")
+    if gateway is None or token is None:
+        return await runner.run(unit)
+    try:
+        output = await runner.run(unit)
+    except BaseException:
+        gateway.revoke(token)  # a cancelled rollout's token and socket go with it
+        raise
+    return settle(output, gateway.revoke(token), task_dir, unit.model)
+
+
 def settle(output: TaskOutput, used: Grant, task_dir: Path, model: ModelSpec | None = None) -> TaskOutput:
     """Fold a task's model usage (cost, applied params, a budget stop) into its result."""
     update: dict[str, object] = {"model_calls": used.calls, **vars(used.usage)}
@@ -155,18 +186,22 @@ def settle(output: TaskOutput, used: Grant, task_dir: Path, model: ModelSpec | N
         update["turns"] = used.calls
     if model is not None and model.params:
         update["model_params"] = json.dumps(model.params, sort_keys=True)
+    if used.prefix_chain is not None:
+        update["token_prefix_chain"] = used.prefix_chain
+    if model is not None and model.mask_off_policy:
+        update["mask_off_policy"] = True
     if model is not None and model.prices is not None:
         update["cost_usd"] = model.prices.cost(*vars(used.usage).values())
     if (task_dir / TRAJECTORY).is_file():
         update["trajectory_path"] = f"tasks/{task_dir.name}/{TRAJECTORY}"
     gave_up = output.result.exit_reason in (ExitReason.ERROR, ExitReason.TIMEOUT)
     if used.unrecorded is not None and output.result.error_kind is None:
-        update.update(error_kind="infra", error=used.unrecorded, mask_sample=True, resolved=False, reward=0.0)
+        update.update(error_kind="infra", error=used.unrecorded)
     elif used.unavailable is not None and gave_up and output.result.error_kind is None:
         # The model could not be reached (a dead endpoint, an outage): the sample says nothing about
         # the agent; run it again (in the apply's retries, and by the next apply).
         error = f"the model's upstream failed ({used.upstream_errors} calls; last {used.unavailable})"
-        update.update(error_kind="infra", error=error, mask_sample=True, resolved=False, reward=0.0)
+        update.update(error_kind="infra", error=error)
     elif used.failed is not None and output.result.error_kind is None:
         update.update(error_kind="agent", error=used.failed, exit_reason=ExitReason.ERROR)
     elif used.exhausted is not None and output.result.error_kind is None:
@@ -174,7 +209,6 @@ def settle(output: TaskOutput, used: Grant, task_dir: Path, model: ModelSpec | N
         turns = used.exhausted.startswith("turns")
         update["exit_reason"] = ExitReason.MAX_ITERATIONS if turns else ExitReason.BUDGET
         update["error"] = f"{'turn cap reached' if turns else 'budget exhausted'}: {used.exhausted}"
-        update["mask_sample"] = output.result.mask_sample or output.result.resolved
     if update.get("error_kind", output.result.error_kind) == "infra" and "trajectory_path" in update:
         # The task runs again, and its next attempt writes trajectory.jsonl afresh: this attempt's
         # calls (spent, and paid for) stay under a name of their own, which its row points at.
@@ -182,5 +216,5 @@ def settle(output: TaskOutput, used: Grant, task_dir: Path, model: ModelSpec | N
         with contextlib.suppress(OSError):
             (task_dir / TRAJECTORY).replace(task_dir / kept)
             update["trajectory_path"] = f"tasks/{task_dir.name}/{kept}"
-    result = output.result.model_copy(update=update)
+    result = amend(output.result, **update)
     return dataclasses.replace(output, result=result)

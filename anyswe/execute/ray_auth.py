@@ -49,9 +49,10 @@ def probe_target(address: str | None) -> str | None:
     from ray._private.services import canonicalize_bootstrap_address
 
     try:
-        return canonicalize_bootstrap_address(address)  # type: ignore[arg-type]  # None is documented
+        target: str | None = canonicalize_bootstrap_address(address)  # type: ignore[arg-type]  # None is documented
     except Exception:  # a malformed address: ray.init says what is wrong with it
         return None
+    return target
 
 
 def probe(target: str) -> dict[str, Any]:

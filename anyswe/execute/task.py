@@ -3,9 +3,10 @@
 image -> sandbox + agent (timeout) -> patch capture -> fresh sandbox + grade -> classify.
 
 The result is assembled once, at the end, whatever happened: an infrastructure failure (runtime,
-image, sandbox) is ``error_kind="infra"`` and masks the sample; the agent's own failure is
-``"agent"`` and counts as unresolved; a grading failure is ``"grading"`` and masks the sample; a
-bug in anyswe is ``"internal"``. Nothing here writes files: the artefacts travel in the output.
+image, sandbox) is ``error_kind="infra"``; the agent's own failure is ``"agent"``; a grading
+failure is ``"grading"``; a bug in anyswe is ``"internal"``. What that means for the verdict,
+reward and mask is decided in execute/decide.py. Nothing here writes files: the artefacts travel
+in the output.
 """
 
 from __future__ import annotations
@@ -31,15 +32,17 @@ from anyswe._threads import in_thread
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import GradingError, InfraError
 from anyswe.execute.capture import PatchCaptureFailed, capture_patch
+from anyswe.execute.decide import Facts, decide
 from anyswe.execute.grade import grade_in_sandbox, stopped_on_failure
 from anyswe.execute.seal import SealedImages, check_starting_point, seal_repository
 from anyswe.execute.unit import TaskOutput
 from anyswe.grading import get_harness
 from anyswe.grading.flags import patch_flags
 from anyswe.grading.swebench import touched_files
-from anyswe.results.schema import TIME_FIELDS, TaskResult
+from anyswe.results.schema import TIME_FIELDS, ErrorKind, TaskResult
 from anyswe.sandbox import SandboxRequest
 from anyswe.sandbox.provider import Provenance
+from anyswe.sandbox.reap import end_strays
 
 if TYPE_CHECKING:
     from anyswe.agents import Agent
@@ -48,9 +51,6 @@ if TYPE_CHECKING:
     from anyswe.execute.worker import Worker
     from anyswe.grading import Harness, Verdict
     from anyswe.sandbox import Sandbox, SandboxProvider
-
-#: Exit reasons under which a resolved sample is masked: the agent did not choose to stop.
-_FORCED_STOPS = {ExitReason.MAX_ITERATIONS, ExitReason.CONTEXT_WINDOW, ExitReason.BUDGET}
 
 
 @dataclass
@@ -71,7 +71,7 @@ class _Trace:
     """Times and the failure of one task, filled in as its phases run."""
 
     times: dict[str, float] = field(default_factory=dict)
-    error_kind: str | None = None
+    error_kind: ErrorKind | None = None
     error: str | None = None
     error_permanent: bool = False
     log_lines: list[str] = field(default_factory=list)
@@ -89,18 +89,6 @@ class _Trace:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def mask_sample(*, error_kind: str | None, agent_timed_out: bool, resolved: bool, exit_reason: ExitReason) -> bool:
-    """Whether a sample is left out of training and rates: it says nothing about the agent's skill.
-
-    Masked: an infrastructure, grading or internal error; an agent timeout; and a resolve reached
-    although the agent was stopped (max iterations, context window, a budget), which is luck, not
-    a solution. An unresolved sample after such a stop counts: running out is the agent's doing.
-    """
-    return bool(
-        error_kind in ("infra", "grading", "internal") or agent_timed_out or (resolved and exit_reason in _FORCED_STOPS)
-    )
 
 
 # -- phases ---------------------------------------------------------------------------------------
@@ -155,6 +143,10 @@ async def work(
     run = await trace.timed("time_agent", run_agent(agent, ctx, unit.agent_timeout))
     # A sandbox killed under the agent makes its failure (or its submission) no result of its own.
     await sandbox.check_alive("the agent's work", settle=2 if run.error or run.timed_out else 0)
+    # What the agent left running (a daemon, a fork bomb out of its group) ends here: it could change
+    # the repository under the capture, or hold every pid so that the capture's failure looked infra.
+    if ended := await end_strays(sandbox):
+        trace.log_lines.append(f"ended {ended} process(es) the agent left running")
     patch = run.outcome.submitted_patch
     if patch is None:
         capture = capture_patch(sandbox, harness.workdir, seal.head, agent.capture_excludes)
@@ -254,7 +246,7 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
     return TaskOutput(result, files)
 
 
-def failed_output(unit: WorkUnit, error_kind: str, error: str) -> TaskOutput:
+def failed_output(unit: WorkUnit, error_kind: ErrorKind, error: str) -> TaskOutput:
     """The output of a task that could not even start (its model could not be set up, say)."""
     trace = _Trace(error_kind=error_kind, error=error)
     result = classify(unit, trace, None, "", None, image=None, started_at=_now())
@@ -281,13 +273,15 @@ def classify(
     started_at: str,
     provenance: Provenance | None = None,
 ) -> TaskResult:
-    """Assemble the task's one result from what the phases returned."""
+    """Assemble the task's one result from what the phases returned (its verdict, reward and mask
+    are :func:`~anyswe.execute.decide.decide`'s)."""
     error_kind, error = trace.error_kind, trace.error
     if error_kind is None and run is not None and run.error is not None:
         error_kind, error = "agent", run.error
-    resolved = bool(verdict and verdict.resolved and trace.error_kind is None)
     outcome = run.outcome if run is not None else AgentOutcome(exit_reason=ExitReason.ERROR)
     timed_out = run is not None and run.timed_out
+    exit_reason = outcome.exit_reason if run is not None else None
+    decision = decide(Facts(bool(verdict and verdict.resolved), error_kind, timed_out, exit_reason))
     fields: dict[str, Any] = {
         "key": unit.key,
         "cell": unit.cell.id,
@@ -309,24 +303,20 @@ def classify(
         "eval_script_sha256": hashlib.sha256(verdict.eval_script.encode()).hexdigest() if verdict else None,
         "started_at": started_at,
         "finished_at": _now(),
-        "resolved": resolved,
-        "reward": 1.0 if resolved else 0.0,
+        **decision.fields(),
         "patch_exists": bool(verdict and verdict.patch_exists),
         "patch_applied": bool(verdict and verdict.patch_applied),
         "applied_by": verdict.applied_by if verdict else None,
         "tests_timed_out": bool(verdict and verdict.tests_timed_out),
         "model_patch": patch,
         **_patch_facts(unit, trace, verdict, patch),
-        "exit_reason": outcome.exit_reason if run is not None else None,
+        "exit_reason": exit_reason,
         "agent_timed_out": timed_out,
         **dataclasses.asdict(outcome.usage),
         "trajectory_path": outcome.trajectory_path,
         "error_kind": error_kind,
         "error": error,
         "error_permanent": trace.error_permanent,
-        "mask_sample": mask_sample(
-            error_kind=error_kind, agent_timed_out=timed_out, resolved=resolved, exit_reason=outcome.exit_reason
-        ),
         **{name: trace.times.get(name) for name in TIME_FIELDS},
     }
     return TaskResult.model_validate(fields)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from anyswe.agents import agent_class
-from anyswe.errors import RuntimeNotAvailable
+from anyswe.errors import RuntimeNotAvailable, SandboxError
 from anyswe.execute.seal import SealedImages
 from anyswe.images.resolve import ImageResolver
 from anyswe.sandbox import provider_class
@@ -60,6 +60,7 @@ class Worker:
         if endpoint is None or endpoint.relay is None:
             return await run_task(unit, self)
         # The gateway is on the driver's machine: this unit's calls go through a relay here.
+        from anyswe.execute.decide import amend
         from anyswe.execute.task import failed_output
         from anyswe.gateway.relay import Relay
 
@@ -75,8 +76,7 @@ class Worker:
             # Calls that never reached the model say nothing about the agent: an infra error, run again.
             error = f"{relay.failures} model calls could not reach the gateway at {endpoint.relay}: "
             error += relay.last_failure
-            update = {"error_kind": "infra", "error": error, "mask_sample": True}
-            output = dataclasses.replace(output, result=result.model_copy(update=update))
+            output = dataclasses.replace(output, result=amend(result, error_kind="infra", error=error))
         return output
 
     async def collect_orphans(self, task_keys: set[str]) -> list[str]:
@@ -109,7 +109,8 @@ class Worker:
     async def _remove_where(self, match: Callable[[dict[str, str]], bool]) -> list[str]:
         # Removals still under way in the background are waited for first: they are not leftovers.
         await asyncio.gather(*(p.drain() for p in self._providers.values()))
-        removed = []
+        removed: list[str] = []
+        failed: list[SandboxError] = []
         for provider in self._providers.values():
             try:
                 found = await provider.sandboxes()
@@ -117,8 +118,15 @@ class Worker:
                 continue
             for name, labels in found.items():
                 if labels and match(labels):
-                    await provider.remove(name)
-                    removed.append(name)
+                    try:
+                        await provider.remove(name)
+                    except SandboxError as e:  # the others are still removed; this one is named below
+                        failed.append(e)
+                    else:
+                        removed.append(name)
+        if failed:
+            details = "\n".join(str(e) for e in failed)
+            raise SandboxError(f"{len(failed)} sandbox(es) not removed (`anyswe gc` removes them later):\n{details}")
         return removed
 
 

@@ -1,4 +1,5 @@
-"""One self-contained HTML report of a run: tables, backend comparison, charts, per-task drill-down.
+"""One self-contained HTML report of a run: tables, backend comparison, flips, charts, and each task's
+trajectory, timings, patch and tests (anyswe/results/report_tasks.py).
 
 Everything is inline (CSS, SVG charts, a few lines of JS): the file works offline, from disk,
 with no CDN. Text from the run (patches, logs) is escaped and long outputs are cut.
@@ -14,12 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from anyswe.errors import ResultsError
 from anyswe.results.compare import Comparison, compare_by
+from anyswe.results.report_tasks import INLINE_TASKS, SCRIPT, STYLE, flips_section, tasks_section
 from anyswe.results.tables import cell_table, repo_table, task_frame
 
 if TYPE_CHECKING:
     import polars as pl
-
-_MAX_TEXT = 20_000
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'DejaVu Sans',sans-serif;margin:24px;color:#1d232a;background:#fbfbfc}
@@ -168,44 +168,6 @@ def _comparisons(items: list[Comparison]) -> str:
     return warnings + _table(rows, cols)
 
 
-def _read(path: Path) -> str:
-    if not path.is_file():
-        return ""
-    text = path.read_text(errors="replace")
-    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + f"\n... ({len(text) - _MAX_TEXT} more characters)"
-
-
-def _tasks(run: Path, tasks: pl.DataFrame) -> str:
-    rows = []
-    for r in tasks.sort(["instance_id", "cell", "sample"]).to_dicts():
-        if r["mask_sample"]:
-            verdict, cls = f"masked ({r.get('error_kind') or 'timeout'})", "masked"
-        elif r["resolved"]:
-            verdict, cls = "resolved", "ok"
-        else:
-            verdict, cls = "unresolved", "no"
-        d = run / "tasks" / str(r["key"])
-        search = f"{r['instance_id']} {r['cell']} {verdict}".lower()
-        body = (
-            f"<details><summary>{_e(r['instance_id'])}</summary>"
-            f"<p>applied by: {_e(r.get('applied_by') or 'not applied')}; exit: {_e(r.get('exit_reason'))}; "
-            f"error: {_e(r.get('error') or 'none')}; flags: {_e(', '.join(r.get('flags') or []) or 'none')}</p>"
-            f"<h4>patch</h4><pre>{_e(_read(d / 'patch.diff')) or '(empty)'}</pre>"
-            f"<h4>test output</h4><pre>{_e(_read(d / 'test_output.txt')) or '(tests not run)'}</pre></details>"
-        )
-        rows.append(
-            f'<tr class="task" data-search="{_e(search)}"><td>{body}</td><td>{_e(r["cell"])}</td>'
-            f'<td class="num">{r["sample"]}</td><td class="{cls}">{_e(verdict)}</td>'
-            f'<td class="num">{_fmt(r.get("time_total"))}</td></tr>'
-        )
-    return (
-        '<p><input id="filter" type="search" placeholder="filter by instance, cell or verdict"> '
-        f'<span id="shown">{len(rows)}</span> of {len(rows)} tasks</p>'
-        "<table><thead><tr><th>instance</th><th>cell</th><th>sample</th><th>verdict</th><th>seconds</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
-    )
-
-
 def _exclusions(plan: dict[str, Any]) -> str:
     """The instances left out on every provider, and why (a gold-check's exclusion list)."""
     excluded: dict[str, str] = plan.get("excluded") or {}
@@ -220,10 +182,14 @@ def _exclusions(plan: dict[str, Any]) -> str:
     )
 
 
-def render_report(run_dir: str | Path) -> str:
-    """The HTML text of the report for ``run_dir``."""
+def render_report(run_dir: str | Path, *, chunks: Path | None = None) -> str:
+    """The HTML text of the report for ``run_dir`` (its tasks' details in files in ``chunks`` if given)."""
     run = Path(run_dir)
     tasks = task_frame(run)
+    return _page(run, tasks, chunks)
+
+
+def _page(run: Path, tasks: pl.DataFrame, chunks: Path | None) -> str:
     cells = cell_table(tasks).to_dicts()
     plan = json.loads((run / "plan.json").read_text()) if (run / "plan.json").is_file() else {}
     try:
@@ -250,7 +216,7 @@ def render_report(run_dir: str | Path) -> str:
     generated = datetime.now(UTC).isoformat(timespec="seconds")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{_e(title)}</title><style>{_CSS}</style></head>
+<title>{_e(title)}</title><style>{_CSS}{STYLE}</style></head>
 <body>
 <h1>{_e(title)}</h1>
 <p class="meta">run directory {_e(run)} &middot; {tasks.height} tasks &middot; dataset {_e(plan.get("dataset", "?"))}
@@ -266,17 +232,26 @@ def render_report(run_dir: str | Path) -> str:
 p is the exact McNemar test with one sample per instance; with several, the interval resamples instances and p is a
 sign-flip test on per-instance mean differences (samples of one instance are not independent).</p>
 {_comparisons(comparisons)}
+<h2>Flips between backends</h2>
+<p>Each flipped pair's two tasks, and what <code>anyswe triage</code> found it to be (flaky, backend-systematic,
+agent variance) if it ran.</p>
+{flips_section(run, tasks)}
 <h2>Resolve rate per repo</h2>
 {_heatmap(repo_table(tasks).to_dicts())}
 <h2>Tasks</h2>
-{_tasks(run, tasks)}
+{tasks_section(run, tasks, chunks)}
 <script>{_JS}</script>
+<script>{SCRIPT}</script>
 </body></html>
 """
 
 
 def write_report(run_dir: str | Path, out: str | Path) -> Path:
+    """Write the report to ``out``. A run of more than INLINE_TASKS tasks keeps their details in
+    ``<out's name>_tasks/`` beside it (the page loads a task's file when it is opened)."""
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_report(run_dir))
+    tasks = task_frame(run_dir)
+    chunks = path.parent / f"{path.stem}_tasks" if tasks.height > INLINE_TASKS else None
+    path.write_text(_page(Path(run_dir), tasks, chunks))
     return path

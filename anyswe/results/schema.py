@@ -20,7 +20,7 @@ from anyswe.errors import ResultsError
 if TYPE_CHECKING:
     import polars as pl
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 ErrorKind = Literal["infra", "agent", "grading", "internal"]
 #: Error kinds after which a task runs again on the next apply: the task itself never failed.
@@ -35,7 +35,7 @@ class TaskResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[6] = 6
+    schema_version: Literal[7] = 7
     # -- identity: which task, which attempt --------------------------------------------------------
     key: str
     cell: str
@@ -112,6 +112,17 @@ class TaskResult(BaseModel):
         "reported at once instead of retried. False for a transient one (retried) and for rows without an error.",
     )
     mask_sample: bool = False
+    token_prefix_chain: bool | None = Field(
+        default=None,
+        description="Whether the calls' token ids (from a policy server that returns them) form one growing "
+        "prefix chain; None: no token ids were returned.",
+    )
+    mask_off_policy: bool = Field(default=False, description="The model's mask_off_policy setting in force.")
+    mask_reason: str | None = Field(
+        default=None,
+        description="Why the sample is masked (execute/decide.py: infra, grading, internal, agent_timeout, "
+        "off_policy, forced_stop); None when it is not.",
+    )
     # -- timings (seconds) ----------------------------------------------------------------------------
     time_image: float | None = None
     time_sandbox_start: float | None = None
@@ -138,7 +149,8 @@ def _migrate_v1(row: dict[str, Any]) -> dict[str, Any]:
 
 def _migrate_v2(row: dict[str, Any]) -> dict[str, Any]:
     """Schema 2: no provenance fields yet (they stay unknown); schema 3: every infra error was transient;
-    schema 4: no caps recorded (there were none: their fields stay None); schema 5: no flags (None)."""
+    schema 4: no caps recorded (there were none: their fields stay None); schema 5: no flags (None);
+    schema 6: no mask reason (what decide() gives for the row's facts, for a masked row)."""
     return {**row, "schema_version": SCHEMA_VERSION}
 
 
@@ -149,7 +161,7 @@ def parse_row(row: Any, where: str) -> TaskResult:
     version = row.get("schema_version", 1)
     if version == 1:
         row = _migrate_v1(row)
-    elif version in (2, 3, 4, 5):
+    elif version in (2, 3, 4, 5, 6):
         row = _migrate_v2(row)
     elif version != SCHEMA_VERSION:
         raise ResultsError(
@@ -157,11 +169,17 @@ def parse_row(row: Any, where: str) -> TaskResult:
             f"(1 to {SCHEMA_VERSION}); it was written by another anyswe version"
         )
     try:
-        return TaskResult.model_validate(row)
+        result = TaskResult.model_validate(row)
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(x) for x in first["loc"]) or "(row)"
         raise ResultsError(f"{where}: field {field!r}: {first['msg']}") from None
+    if version != SCHEMA_VERSION and result.mask_sample and result.mask_reason is None:
+        from anyswe.execute.decide import decide, facts_of
+
+        reason = decide(facts_of(result)).mask_reason
+        result = result.model_copy(update={"mask_reason": None if reason is None else reason.value})
+    return result
 
 
 def _polars_type(annotation: Any) -> Any:

@@ -53,6 +53,19 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [r.model_dump(mode="json") for r in read_results(path)]
 
 
+def cut_torn_tail(path: Path) -> None:
+    """Cut a torn last line (a crash mid-write) off an append-only JSON-lines file before appending:
+    a row appended to it would join the torn text on one line and be lost with it."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as fh:
+            fh.truncate(data.rfind(b"\n") + 1)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
 def latest_attempts(results: Iterable[TaskResult]) -> list[TaskResult]:
     """One result per task key: its last attempt."""
     latest: dict[str, TaskResult] = {}
@@ -79,7 +92,7 @@ class RunStore:
         except BlockingIOError:
             self._lock_fh.close()
             raise ResultsError(f"another anyswe process is writing to {self.run_dir}") from None
-        self._repair_tail()
+        cut_torn_tail(self.results_path)
         self._out = open(self.results_path, "ab", buffering=0)
         return self
 
@@ -89,17 +102,6 @@ class RunStore:
         if self._lock_fh is not None:
             fcntl.flock(self._lock_fh, fcntl.LOCK_UN)
             self._lock_fh.close()
-
-    def _repair_tail(self) -> None:
-        if not self.results_path.is_file():
-            return
-        data = self.results_path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            cut = data.rfind(b"\n") + 1
-            with open(self.results_path, "r+b") as fh:
-                fh.truncate(cut)
-                fh.flush()
-                os.fsync(fh.fileno())
 
     # -- rows -------------------------------------------------------------------------------------
 

@@ -116,6 +116,8 @@ def test_keys_are_stable_and_ignore_what_cannot_change_results(tmp_path: Path) -
     assert keys_of(path, "timeouts.agent=5") != first
     assert keys_of(path, "providers.d.memory=1g")[0] != first[0]
     assert keys_of(path, "models.m1.params.temperature=0.5") != first
+    # Keeping the policy's tokens, and masking by them, change what a row holds and decides.
+    assert keys_of(path, "models.m1.mask_off_policy=true") != first
 
 
 def test_keys_hash_file_contents_not_paths(tmp_path: Path) -> None:

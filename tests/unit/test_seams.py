@@ -94,7 +94,14 @@ def test_result_neutral_fields_are_declared_on_the_fields() -> None:
         "sif",
     }
     payload = ApptainerConfig(overlay_size_mb=512).key_payload()
-    assert payload == {"type": "apptainer", "image": None, "overlay_size_mb": 512, "network": "none"}
+    assert payload == {
+        "type": "apptainer",
+        "image": None,
+        "overlay_size_mb": 512,
+        "network": "none",
+        "memory": "8g",
+        "pids_limit": 4096,
+    }
     assert "concurrency" not in ProviderConfig(type="x").key_payload()
 
 

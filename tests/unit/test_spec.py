@@ -62,6 +62,10 @@ def test_good_spec_and_defaults(tmp_path: Path) -> None:
             ":18:5: models.m.api_key_env: Value error, must be the NAME of an environment variable",
         ),
         (
+            GOOD + "models:\n  m:\n    api: anthropic-messages\n    model: x\n    token_ids: true\n",
+            ":15:3: models.m: Value error, token_ids: the policy's token ids come from an OpenAI-compatible",
+        ),
+        (
             GOOD + "executor:\n  type: ray\n  gateway_host: 0.0.0.0\n",
             ":16:3: executor.gateway_host: Value error, must be an address the nodes can connect to",
         ),

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from anyswe.agents import ExitReason
 from anyswe.errors import ResultsError
-from anyswe.execute.task import mask_sample
 from anyswe.results.schema import SCHEMA_VERSION, TaskResult, polars_schema, results_frame
 from anyswe.results.store import RunStore, aggregate, read_results, read_rows
 
@@ -64,39 +62,6 @@ def test_aggregate_matches_statistics() -> None:
     assert agg["mean/mask_sample"] == pytest.approx(0.2)
     assert agg["median/time_agent"] == 2.0 and agg["min/time_agent"] == 0.0 and agg["max/time_agent"] == 4.0
     assert agg["std/time_agent"] == pytest.approx(statistics.stdev([0, 1, 2, 3, 4]))
-
-
-@pytest.mark.parametrize(
-    ("kw", "masked"),
-    [
-        ({"error_kind": None, "agent_timed_out": False, "resolved": True, "exit_reason": ExitReason.SUBMITTED}, False),
-        ({"error_kind": None, "agent_timed_out": False, "resolved": False, "exit_reason": ExitReason.SUBMITTED}, False),
-        ({"error_kind": "agent", "agent_timed_out": False, "resolved": False, "exit_reason": ExitReason.ERROR}, False),
-        (
-            {"error_kind": "infra", "agent_timed_out": False, "resolved": False, "exit_reason": ExitReason.SUBMITTED},
-            True,
-        ),
-        (
-            {"error_kind": "grading", "agent_timed_out": False, "resolved": False, "exit_reason": ExitReason.SUBMITTED},
-            True,
-        ),
-        ({"error_kind": None, "agent_timed_out": True, "resolved": False, "exit_reason": ExitReason.TIMEOUT}, True),
-        (
-            {"error_kind": None, "agent_timed_out": False, "resolved": True, "exit_reason": ExitReason.MAX_ITERATIONS},
-            True,
-        ),
-        (
-            {"error_kind": None, "agent_timed_out": False, "resolved": True, "exit_reason": ExitReason.CONTEXT_WINDOW},
-            True,
-        ),
-        (
-            {"error_kind": None, "agent_timed_out": False, "resolved": False, "exit_reason": ExitReason.MAX_ITERATIONS},
-            False,
-        ),
-    ],
-)
-def test_masking_rules(kw: dict[str, object], masked: bool) -> None:
-    assert mask_sample(**kw) is masked  # type: ignore[arg-type]
 
 
 def test_rows_are_task_results_and_old_rows_migrate(tmp_path: Path) -> None:

@@ -1,0 +1,384 @@
+"""One task as one RL sample: ``anyswe.rollout()`` and :class:`Rollouts`, a session of many.
+
+A rollout runs exactly the path a run's task runs (``models.attempt``: the model's grant, the
+task's phases in a sandbox, grading in a fresh one, the grant's usage folded in, every verdict,
+reward and mask decided by ``execute/decide.py``), without a spec file or a run directory. What a
+trainer needs comes back typed in a :class:`Rollout`; a run directory is written only when asked
+(``run_dir=``), in the same layout ``anyswe apply`` writes, so ``anyswe results`` reads it.
+
+A session keeps one worker (providers with their concurrency bounds, agents, images built once)
+and one model gateway for all its rollouts, which is what ``anyswe serve`` runs on; leaving it
+removes every sandbox it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from anyswe.agents.base import AgentUsage
+from anyswe.errors import SpecError, first_problem
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from anyswe.agents import AgentConfig
+    from anyswe.datasets import Dataset, Instance
+    from anyswe.execute.unit import TaskOutput, WorkUnit
+    from anyswe.execute.worker import Worker
+    from anyswe.gateway import Gateway
+    from anyswe.gateway.trajectory import Step
+    from anyswe.model import ModelSpec
+    from anyswe.results.schema import TaskResult
+    from anyswe.results.store import RunStore
+    from anyswe.sandbox import ProviderConfig
+
+
+class Rollout(BaseModel):
+    """One task's sample: reward and mask (decided in execute/decide.py), what the agent did, what it cost."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    instance_id: str
+    reward: float
+    resolved: bool
+    mask_sample: bool
+    mask_reason: str | None = Field(description="Why it is masked (execute/decide.py's table); None if it is not.")
+    error_kind: str | None = None
+    error: str | None = None
+    error_permanent: bool = Field(description="An infra error no attempt changes (else transient: worth a retry).")
+    exit_reason: str | None = None
+    agent_timed_out: bool = False
+    patch: str = ""
+    patch_exists: bool = False
+    patch_applied: bool = False
+    tests_status: dict[str, dict[str, list[str]]] = Field(
+        default_factory=dict, description="swebench's buckets: FAIL_TO_PASS/PASS_TO_PASS/... -> success/failure."
+    )
+    flags: list[str] = Field(default_factory=list, description="Reward-hacking flags of the patch (grading/flags.py).")
+    token_prefix_chain: bool | None = Field(
+        default=None, description="Whether the calls' token ids form one growing prefix chain (None: no token ids)."
+    )
+    trajectory: list[Step] = Field(default_factory=list, description="The model calls, in the trajectory contract.")
+    usage: AgentUsage = Field(default_factory=AgentUsage)
+    timings: dict[str, float | None] = Field(default_factory=dict, description="Seconds per phase (time_*).")
+    #: The whole result row, as results.jsonl has it.
+    result: TaskResult
+    #: The task's files (patch.diff, test_output.txt, eval.sh, agent.log, ...), by name.
+    files: dict[str, str] = Field(default_factory=dict, repr=False)
+    #: Where the rollout was recorded (None: nowhere).
+    run_dir: Path | None = None
+
+    @classmethod
+    def of(cls, output: TaskOutput, trajectory: list[Step], run_dir: Path | None) -> Rollout:
+        from anyswe.results.schema import TIME_FIELDS
+
+        r = output.result
+        report = json.loads(output.artifacts.get("report.json") or "{}")
+        status = report.get(r.instance_id, {}).get("tests_status") or {}
+        usage = AgentUsage(**{f.name: getattr(r, f.name) for f in dataclasses.fields(AgentUsage)})
+        return cls(
+            instance_id=r.instance_id,
+            reward=r.reward,
+            resolved=r.resolved,
+            mask_sample=r.mask_sample,
+            mask_reason=r.mask_reason,
+            error_kind=r.error_kind,
+            error=r.error,
+            error_permanent=r.error_permanent,
+            exit_reason=r.exit_reason,
+            agent_timed_out=r.agent_timed_out,
+            patch=r.model_patch,
+            patch_exists=r.patch_exists,
+            patch_applied=r.patch_applied,
+            tests_status=status,
+            flags=r.flags or [],
+            token_prefix_chain=r.token_prefix_chain,
+            trajectory=trajectory,
+            usage=usage,
+            timings={name: getattr(r, name) for name in TIME_FIELDS},
+            result=r,
+            files=dict(output.artifacts),
+            run_dir=run_dir,
+        )
+
+
+def _block(value: Any, types: Any, what: str) -> Any:
+    """A config block from a mapping (validated by the class its ``type`` names) or as given."""
+    if not isinstance(value, Mapping):
+        return value
+    raw = dict(value)
+    if not isinstance(raw.get("type"), str):
+        raise SpecError(f"rollout: {what} needs a `type`")
+    try:
+        return types(raw["type"]).model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(f"rollout: {what}.{first_problem(exc)}") from None
+
+
+def _model(value: ModelSpec | Mapping[str, Any] | None) -> ModelSpec | None:
+    from anyswe.model import ModelSpec
+
+    if value is None or isinstance(value, ModelSpec):
+        return value
+    try:
+        return ModelSpec.model_validate(dict(value))
+    except ValidationError as exc:
+        raise SpecError(f"rollout: model.{first_problem(exc)}") from None
+
+
+class Rollouts:
+    """A session of rollouts: one worker, one model gateway and one sweep for all of them.
+
+    ``async with Rollouts() as session: await session.rollout(row, agent=..., model=...)``.
+    ``concurrency`` bounds the rollouts in flight (the rest wait in turn); ``run_dir`` records each.
+    """
+
+    def __init__(
+        self,
+        *,
+        concurrency: int | None = None,
+        run_dir: str | Path | None = None,
+        executor: str = "local",
+        address: str | None = None,
+        gateway_host: str | None = None,
+    ) -> None:
+        from anyswe.execute.local import Runner, make_runner
+        from anyswe.execute.worker import Worker
+
+        self.run_id = uuid.uuid4().hex[:12]
+        self.worker: Worker = Worker()
+        #: What runs each unit: this worker, or (``executor="ray"``) the Ray cluster at ``address``
+        #: (without one, a Ray started here advertising ``concurrency`` of each provider type), whose
+        #: nodes reach this session's gateway at ``gateway_host`` (default: found as `apply` finds it).
+        local = {kind: float(concurrency or os.cpu_count() or 1) for kind in ("docker", "apptainer")}
+        self.runner: Runner = (
+            self.worker if executor == "local" else make_runner(executor, address, local, gateway_host)
+        )
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self._slots = asyncio.Semaphore(concurrency) if concurrency else None
+        self._gateway: Gateway | None = None
+        self._gateway_starting = asyncio.Lock()
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._store: RunStore | None = None
+        self._recording = asyncio.Lock()
+        self._checked: set[int] = set()
+        self._samples: dict[str, int] = {}
+
+    async def __aenter__(self) -> Rollouts:
+        if self.run_dir is not None:
+            from anyswe.results.store import RunStore
+
+            self._store = RunStore(self.run_dir).__enter__()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.shield(self.close())
+
+    async def close(self) -> None:
+        """Remove every sandbox this session started and stop its gateway."""
+        try:
+            try:
+                await self.runner.sweep(self.run_id)
+            finally:
+                if self.runner is not self.worker:
+                    await self.runner.close()
+        finally:
+            if self._gateway is not None:
+                await self._gateway.close()
+                self._gateway = None
+            if self._tmp is not None:
+                self._tmp.cleanup()
+                self._tmp = None
+            if self._store is not None:
+                self._store.__exit__(None, None, None)
+                self._store = None
+
+    async def _gateway_for(self, unit: WorkUnit) -> Gateway | None:
+        if unit.model is None:
+            return None
+        async with self._gateway_starting:
+            if self._gateway is None:
+                from anyswe.execute.models import is_loopback
+                from anyswe.gateway import Gateway
+
+                # Units on Ray reach it through a relay on their node: at loopback while every node is
+                # this machine, else at this machine's address in the cluster (the runner's check says).
+                relay = None if self.runner is self.worker else self.runner.gateway_host
+                hosts = ("127.0.0.1",) if relay is None or is_loopback(relay) else ("127.0.0.1", relay)
+                self._tmp = tempfile.TemporaryDirectory(prefix="anyswe-gw-")
+                gateway = Gateway(socket_dir=Path(self._tmp.name))
+                await gateway.start(hosts)
+                if relay is not None:
+                    gateway.relay_host = "127.0.0.1" if is_loopback(relay) else relay
+                self._gateway = gateway
+        return self._gateway
+
+    def next_sample(self, instance_id: str) -> int:
+        """A sample index of ``instance_id`` not yet used in this session (nor in its run directory):
+        repeated rollouts of an instance (Gym's repeats, a server's requests) are samples of their own,
+        with their own task keys, rows and trajectories."""
+        if instance_id not in self._samples:
+            rows = self._store.results() if self._store is not None else []
+            self._samples[instance_id] = 1 + max((r.sample for r in rows if r.instance_id == instance_id), default=-1)
+        sample = self._samples[instance_id]
+        self._samples[instance_id] = sample + 1
+        return sample
+
+    def unit(
+        self,
+        instance: Instance | Mapping[str, Any] | str,
+        *,
+        agent: AgentConfig | Mapping[str, Any],
+        model: ModelSpec | Mapping[str, Any] | None = None,
+        provider: ProviderConfig | Mapping[str, Any] | str = "docker",
+        dataset: str | Dataset | None = None,
+        harness: str | None = None,
+        timeouts: Mapping[str, float] | None = None,
+        max_patch_bytes: int | None = None,
+        sample: int = 0,
+    ) -> WorkUnit:
+        """The unit of work a rollout runs: a one-task plan of these blocks, as a spec would give."""
+        from anyswe.execute.grade import _dataset_and_instance
+        from anyswe.execute.unit import make_unit
+        from anyswe.plan import make_plan, task_key
+        from anyswe.spec import Spec, _agent_config_class, _provider_config_class
+
+        ds, row = _dataset_and_instance(instance, dataset, "rollout")
+        if isinstance(provider, str):
+            provider = {"type": provider}
+        agent_cfg = _block(agent, _agent_config_class, "agent")
+        provider_cfg = _block(provider, _provider_config_class, "provider")
+        model_spec = _model(model)
+        fields: dict[str, Any] = {
+            "name": "rollout",
+            "dataset": {"name": ds.name or "rows", "instance_ids": [row.instance_id]},
+            "agents": {agent_cfg.type: agent_cfg},
+            "models": {"model": model_spec} if model_spec is not None else {},
+            "providers": {provider_cfg.type: provider_cfg},
+            "samples": 1,
+            "timeouts": dict(timeouts or {}),
+            "grading": {"harness": harness} if harness else {},
+        }
+        if max_patch_bytes is not None:
+            fields["limits"] = {"max_patch_bytes": max_patch_bytes}
+        try:
+            spec = Spec.model_validate(fields)
+        except ValidationError as exc:
+            raise SpecError(f"rollout: {first_problem(exc)}") from None
+        plan = make_plan(spec, ds)  # a row's dataset holds just it; an id's, the whole dataset
+        # The plan's one task, as sample ``sample`` (a plan of sample+1 tasks would grow with every
+        # rollout of an instance a server is asked for).
+        (first,) = plan.tasks
+        key = task_key(spec, first.cell, plan.instance(first.instance_id), sample, plan.harness_name)
+        task = dataclasses.replace(first, sample=sample, key=key)
+        attempt = 1 if self._store is None else self._store.attempts().get(task.key, 0) + 1
+        return make_unit(plan, task, run_id=self.run_id, attempt=attempt)
+
+    async def rollout(self, instance: Instance | Mapping[str, Any] | str, **blocks: Any) -> Rollout:
+        """Run one rollout (the blocks as :meth:`unit` takes them); never raises for the task's own
+        failure, which is in the rollout (a bad block raises :class:`~anyswe.errors.SpecError`)."""
+        unit = self.unit(instance, **blocks)
+        if self._slots is None:
+            return await self.run(unit)
+        async with self._slots:
+            return await self.run(unit)
+
+    async def group(
+        self, instance: Instance | Mapping[str, Any] | str, n: int, *, mask_together: bool = True, **blocks: Any
+    ) -> list[Rollout]:
+        """``n`` rollouts of one instance (samples 0..n-1, run at once within the session's bound). With
+        ``mask_together`` a group with a masked rollout is masked whole (decide.mask_group)."""
+        from anyswe.execute.decide import mask_group
+
+        rollouts = await asyncio.gather(*(self.rollout(instance, sample=i, **blocks) for i in range(n)))
+        if not mask_together:
+            return list(rollouts)
+        results = mask_group([r.result for r in rollouts])
+        return [
+            r.model_copy(update={"mask_sample": res.mask_sample, "mask_reason": res.mask_reason, "result": res})
+            for r, res in zip(rollouts, results, strict=True)
+        ]
+
+    async def run(self, unit: WorkUnit) -> Rollout:
+        """Run ``unit`` through the run's own path (``models.attempt``) and read back its trajectory."""
+        from anyswe.execute import models
+        from anyswe.gateway.trajectory import read_trajectory
+
+        provider = self.worker.provider(unit)
+        if id(provider) not in self._checked:  # a runtime (or a cluster) that answered once is not asked again
+            await self.runner.check([unit])
+            self._checked.add(id(provider))
+        gateway = await self._gateway_for(unit)
+        scratch = None
+        if self._store is not None:
+            task_dir = self._store.task_dir(unit.key)
+        else:
+            task_dir = scratch = Path(tempfile.mkdtemp(prefix="anyswe-rollout-"))
+        try:
+            output = await models.attempt(self.runner, gateway, unit, task_dir)
+            trajectory_file = task_dir / models.TRAJECTORY
+            if output.result.trajectory_path:  # kept apart under the attempt's own name on an infra error
+                trajectory_file = task_dir / Path(output.result.trajectory_path).name
+            steps = read_trajectory(trajectory_file, output.artifacts) if trajectory_file.is_file() else []
+            if self._store is not None:
+                output = await self._record(output)
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+        return Rollout.of(output, steps, self.run_dir)
+
+    async def _record(self, output: TaskOutput) -> TaskOutput:
+        from anyswe.execute.local import record
+
+        assert self._store is not None
+        async with self._recording:
+            recorded = await asyncio.to_thread(record, self._store, output)
+        return dataclasses.replace(output, result=recorded)
+
+
+async def rollout_async(
+    instance: Instance | Mapping[str, Any] | str, *, run_dir: str | Path | None = None, **blocks: Any
+) -> Rollout:
+    """Run one task as one RL sample and return its :class:`Rollout`.
+
+    ``instance``: a row (an :class:`~anyswe.datasets.Instance` or a mapping) or an instance id of
+    ``dataset``. ``agent`` and ``provider`` are blocks as in a spec (a mapping with ``type``, or a
+    config; a provider may be just its type name), ``model`` a model block (any upstream, an
+    OpenAI-compatible policy server included; None for agents without one). ``dataset`` names the
+    harness and the images (a row of a dataset swebench knows runs in its official image),
+    ``timeouts`` takes ``agent``, ``grading`` and ``sandbox_start`` seconds. ``run_dir``: record it
+    there as ``anyswe apply`` would.
+    """
+    async with Rollouts(run_dir=run_dir) as session:
+        return await session.rollout(instance, **blocks)
+
+
+def rollout(instance: Instance | Mapping[str, Any] | str, **options: Any) -> Rollout:
+    """:func:`rollout_async` from synchronous code (a script, or a Jupyter cell whose loop is running)."""
+    from anyswe._sync import run_sync
+
+    return run_sync(rollout_async(instance, **options))
+
+
+def _rebuild() -> None:
+    """Resolve the forward references of the models (the imports are deferred: ``import anyswe`` stays cheap)."""
+    from anyswe.gateway.trajectory import Step
+    from anyswe.results.schema import TaskResult
+
+    Rollout.model_rebuild(_types_namespace={"Step": Step, "TaskResult": TaskResult, "Path": Path})
+
+
+_rebuild()

@@ -1,0 +1,198 @@
+"""The report's tasks: one row per task, whose detail is drawn when it is opened.
+
+Each task's detail (its trajectory as steps, phase-timing bars, the patch highlighted, the
+FAIL_TO_PASS and PASS_TO_PASS results, the test output) is JSON in the page, and the page's script
+draws it the first time the task is opened: a report of 10,000 tasks opens as a table, not as
+10,000 drawn trajectories. ``#task=KEY&step=N`` in the address opens that task and step. Flipped
+pairs, with the triage's verdict when ``anyswe triage`` ran, link their two tasks side by side.
+Text from the run is put in the page as JSON (the script sets it as text, never as HTML) and long
+texts are cut.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from anyswe.errors import ResultsError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+#: Characters kept of each text (a patch, a log, a message).
+MAX_TEXT = 20_000
+#: Past this many tasks the details go to script files beside the page (a folder with an index),
+#: loaded as a task is opened: 10,000 tasks inline made a page of about 110 MB to parse at once.
+INLINE_TASKS = 2000
+CHUNK = 500
+PHASES = ("time_image", "time_sandbox_start", "time_agent", "time_patch_capture", "time_grading")
+
+
+def _cut(text: str, limit: int = MAX_TEXT) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more characters)"
+
+
+def _read(path: Path) -> str:
+    return _cut(path.read_text(errors="replace")) if path.is_file() else ""
+
+
+def _steps(task_dir: Path, row: dict[str, Any], run: Path) -> list[dict[str, Any]]:
+    """The task's trajectory as the page draws it (read through the one reader)."""
+    from anyswe.gateway.trajectory import read_trajectory
+
+    path = run / str(row["trajectory_path"]) if row.get("trajectory_path") else task_dir / "trajectory.jsonl"
+    if not path.is_file():
+        return []
+    try:
+        steps = read_trajectory(path)
+    except ResultsError:
+        return []
+
+    def msg(m: Any) -> list[Any]:
+        return [m.role, _cut(m.text, 4000), [[c.name, json.dumps(c.arguments)[:2000]] for c in m.tool_calls]]
+
+    out = []
+    for s in steps:
+        reply = s.reply
+        out.append(
+            {
+                "refused": None if s.refused is None else str(s.refused),
+                "in": s.usage.input_tokens,
+                "out": s.usage.output_tokens,
+                "s": s.latency_s,
+                "cost": s.cost_usd,
+                "messages": [msg(m) for m in s.messages],
+                "text": "" if reply is None else _cut(reply.text, 4000),
+                "reasoning": "" if reply is None else _cut(reply.reasoning or "", 4000),
+                "calls": [] if reply is None else [[c.name, json.dumps(c.arguments)[:2000]] for c in reply.tool_calls],
+                "stop": None if reply is None else reply.stop,
+                "results": [[_cut(m.text, 4000), bool(m.is_error)] for m in s.tool_results],
+            }
+        )
+    return out
+
+
+def _tests(task_dir: Path) -> dict[str, Any]:
+    report = task_dir / "report.json"
+    try:
+        data = json.loads(report.read_text()) if report.is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        return {}
+    entry: dict[str, Any] = next(iter(data.values()), {}) if isinstance(data, dict) else {}
+    return entry.get("tests_status") or {}
+
+
+def detail(run: Path, row: dict[str, Any]) -> dict[str, Any]:
+    """What the page draws when a task is opened."""
+    d = run / "tasks" / str(row["key"])
+    return {
+        "meta": f"applied by: {row.get('applied_by') or 'not applied'}; exit: {row.get('exit_reason')}; "
+        f"error: {row.get('error') or 'none'}; flags: {', '.join(row.get('flags') or []) or 'none'}",
+        "phases": [[p.removeprefix("time_"), row.get(p) or 0.0] for p in PHASES],
+        "patch": _read(d / "patch.diff"),
+        "tests": _tests(d),
+        "output": _read(d / "test_output.txt"),
+        "steps": _steps(d, row, run),
+    }
+
+
+def _verdict(r: dict[str, Any]) -> tuple[str, str]:
+    if r["mask_sample"]:
+        return f"masked ({r.get('error_kind') or 'timeout'})", "masked"
+    return ("resolved", "ok") if r["resolved"] else ("unresolved", "no")
+
+
+def _data(details: dict[str, Any], chunks: Path | None) -> str:
+    """The details in the page, or in ``chunks/tasks-N.js`` files and an index of which holds which."""
+    if chunks is None:
+        return f'<script type="application/json" id="task-data">{_json(details)}</script>'
+    chunks.mkdir(parents=True, exist_ok=True)
+    keys, index = list(details), {}
+    for n in range(0, len(keys), CHUNK):
+        part = {k: details[k] for k in keys[n : n + CHUNK]}
+        (chunks / f"tasks-{n // CHUNK}.js").write_text(f"anysweTasks({_json(part)});\n")
+        index.update(dict.fromkeys(part, n // CHUNK))
+    where = _json({"dir": chunks.name, "of": index})
+    empty = '<script type="application/json" id="task-data">{}</script>'
+    return f'{empty}<script type="application/json" id="task-chunks">{where}</script>'
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value).replace("</", "<\\/")  # nothing in the JSON can end a script element
+
+
+def tasks_section(run: Path, tasks: pl.DataFrame, chunks: Path | None = None) -> str:
+    """The task table, and each task's detail as JSON: in the page, or in files in ``chunks``."""
+    rows, details = [], {}
+    for r in tasks.sort(["instance_id", "cell", "sample"]).to_dicts():
+        verdict, cls = _verdict(r)
+        key = str(r["key"])
+        details[key] = detail(run, r)
+        search = html.escape(f"{r['instance_id']} {r['cell']} {verdict}".lower(), quote=True)
+        label = html.escape(f"{r['cell']} · {r['instance_id']} #{r['sample']} · {verdict}", quote=True)
+        rows.append(
+            f'<tr class="task" data-key="{html.escape(key, quote=True)}" data-search="{search}" '
+            f'data-label="{label}">'
+            f'<td><details class="task" data-key="{html.escape(key, quote=True)}"><summary>'
+            f"{html.escape(r['instance_id'])}</summary><div class=detail></div></details></td>"
+            f"<td>{html.escape(r['cell'])}</td><td class=num>{r['sample']}</td><td class={cls}>{verdict}</td>"
+            f"<td class=num>{len(details[key]['steps'])}</td><td class=num>{(r.get('time_total') or 0):.1f}</td></tr>"
+        )
+    return (
+        '<p><input id="filter" type="search" placeholder="filter by instance, cell or verdict"> '
+        f'<span id="shown">{len(rows)}</span> of {len(rows)} tasks</p>'
+        "<table><thead><tr><th>instance</th><th>cell</th><th>sample</th><th>verdict</th><th>steps</th>"
+        f"<th>seconds</th></tr></thead><tbody>{''.join(rows)}</tbody></table>" + _data(details, chunks)
+    )
+
+
+def flips_section(run: Path, tasks: pl.DataFrame) -> str:
+    """Each flipped pair's two tasks side by side, with the triage's verdict if there is one."""
+    from anyswe.execute.triage import TABLE, TRIAGE_DIR, find_flips
+
+    try:
+        flips = find_flips(tasks)
+    except ResultsError:
+        return ""
+    if not flips:
+        return "<p>No flips.</p>"
+    table = run / TRIAGE_DIR / TABLE
+    triaged = {}
+    if table.is_file():
+        for f in json.loads(table.read_text()):
+            triaged[(f["instance_id"], f["sample"], f["cell_a"], f["cell_b"])] = f
+    keys = {(r["cell"], r["instance_id"], r["sample"]): str(r["key"]) for r in tasks.to_dicts()}
+    rows = []
+    for f in flips:
+        t = triaged.get((f.instance_id, f.sample, f.cell_a, f.cell_b))
+        kind = t["kind"] if t else "not triaged (anyswe triage)"
+        tests = ", ".join(t["tests"]) if t else ""
+        side, pair = [], []
+        for cell, resolved in ((f.cell_a, f.resolved_a), (f.cell_b, f.resolved_b)):
+            key = keys.get((cell, f.instance_id, f.sample), "")
+            pair.append(key)
+            label = "resolved" if resolved else "unresolved"
+            side.append(f'<td><a href="#task={html.escape(key)}">{html.escape(cell)}</a>: {label}</td>')
+        compare = f'<a class=compare href="#pair={html.escape(",".join(pair))}">side by side</a>'
+        rows.append(
+            f'<tr class="flip-row"><td>{html.escape(f.instance_id)} #{f.sample}</td>{"".join(side)}'
+            f"<td class=kind>{html.escape(kind)}</td><td>{html.escape(tests)}</td><td>{compare}</td></tr>"
+        )
+    return (
+        '<div id="pair" class="pair" style="display:none"></div>'
+        "<table><thead><tr><th>instance</th><th>A</th><th>B</th><th>triage</th><th>tests</th><th></th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _asset(name: str) -> str:
+    from importlib.resources import files
+
+    return files("anyswe.results").joinpath(name).read_text()
+
+
+#: The page's script (draws a task when it is first opened, follows ``#task=KEY&step=N``) and style.
+SCRIPT = _asset("report_tasks.js")
+STYLE = _asset("report_tasks.css")

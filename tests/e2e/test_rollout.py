@@ -1,0 +1,81 @@
+"""``anyswe.rollout()``: one task as one RL sample from an instance and agent, model and provider blocks,
+on both runtimes, with no spec and no run directory, or recorded into one as ``anyswe apply`` would."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import anyswe
+from anyswe.results.store import read_results
+
+pytestmark = [pytest.mark.containers, pytest.mark.usefixtures("runtimes")]
+
+MINI = {"type": "mini-swe-agent", "step_limit": 20}
+SCRIPTED = {"api": "scripted", "protocol": "openai-chat"}
+
+
+@pytest.mark.parametrize("provider", ["docker", "apptainer"])
+def test_a_model_rollout_returns_reward_trajectory_and_usage(provider: str) -> None:
+    r = anyswe.rollout("demo__calc-1", dataset="demo-swebench", agent=MINI, model=SCRIPTED, provider=provider)
+    assert (r.reward, r.resolved, r.mask_sample, r.mask_reason, r.error_kind) == (1.0, True, False, None, None)
+    assert r.exit_reason == "submitted" and r.patch.startswith("diff --git a/calc.py")
+    assert r.tests_status["FAIL_TO_PASS"]["success"] and not r.tests_status["FAIL_TO_PASS"]["failure"]
+    # The scripted oracle's two calls: the fix, then the submission; usage counted by the gateway.
+    assert len(r.trajectory) == r.usage.model_calls == 2 and r.usage.input_tokens > 0
+    assert r.trajectory[0].reply is not None and r.trajectory[0].reply.tool_calls
+    assert r.trajectory[0].tool_results, "the tool result the agent saw next"
+    assert r.timings["time_agent"] and r.timings["time_grading"] and r.result.provider_type == provider
+    assert r.run_dir is None and "test_output.txt" in r.files
+
+
+def test_recorded_rollouts_read_as_a_run(tmp_path: Path) -> None:
+    run = tmp_path / "rollouts"
+    first = anyswe.rollout(
+        "demo__inventory-4", dataset="demo", agent={"type": "gold"}, provider="apptainer", run_dir=run
+    )
+    again = anyswe.rollout(
+        "demo__inventory-4", dataset="demo", agent={"type": "gold"}, provider="apptainer", run_dir=run
+    )
+    assert first.resolved and again.resolved and first.run_dir == run
+    rows = read_results(run / "results.jsonl")
+    assert [row.attempt for row in rows] == [1, 2] and rows[0].key == rows[1].key == first.result.key
+    assert rows[1] == again.result
+    assert (run / "tasks" / first.result.key / "patch.diff").read_text() == first.patch
+    shown = subprocess.run([sys.executable, "-m", "anyswe", "results", str(run)], capture_output=True, text=True)
+    assert shown.returncode == 0 and "gold" in shown.stdout, shown.stdout + shown.stderr
+
+
+def test_a_row_runs_without_a_dataset_loaded() -> None:
+    """A row (as a trainer's data loader has it) needs only its dataset's name for its harness and images."""
+    row = anyswe.load_dataset("demo").by_id()["demo__stack-8"].model_dump()
+    r = anyswe.rollout(row, dataset="demo", agent={"type": "noop"}, provider="docker")
+    assert (r.reward, r.resolved, r.mask_sample, r.patch) == (0.0, False, False, "")
+
+
+@pytest.mark.parametrize(
+    ("blocks", "words"),
+    [
+        ({"agent": {"type": "mini-swe-agent", "step_limt": 3}, "model": SCRIPTED}, "agent.step_limt"),
+        ({"agent": {"step_limit": 3}}, "agent needs a `type`"),
+        ({"agent": MINI, "model": {"api": "nope"}}, "model.api"),
+        ({"agent": {"type": "gold"}, "provider": {"type": "docker", "memory": []}}, "provider.memory"),
+    ],
+)
+def test_bad_blocks_name_the_field(blocks: dict[str, object], words: str) -> None:
+    with pytest.raises(anyswe.SpecError, match=words):
+        anyswe.rollout("demo__calc-1", dataset="demo", **blocks)
+
+
+def test_a_group_is_one_instances_samples_run_at_once() -> None:
+    async def go() -> list[anyswe.Rollout]:
+        async with anyswe.Rollouts(concurrency=2) as session:
+            return await session.group("demo__calc-1", 3, dataset="demo", agent={"type": "gold"}, provider="docker")
+
+    group = asyncio.run(go())
+    assert [r.result.sample for r in group] == [0, 1, 2] and len({r.result.key for r in group}) == 3
+    assert all(r.resolved and not r.mask_sample for r in group)  # none masked: the group is as it ran
