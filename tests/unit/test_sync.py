@@ -69,6 +69,10 @@ def test_interrupt_cancels_and_waits_for_teardown() -> None:
 
     # Like ipykernel: a loop runs the cell and SIGINT raises KeyboardInterrupt in the main thread
     # (asyncio.run would install its own handler that cancels instead).
+    # Set here as ipykernel sets it: interrupt_main() does nothing while SIGINT is ignored or left to
+    # the default, as a pytest-xdist worker may have it after other tests (in the unit tier's -n 2 run
+    # this test once waited out the whole 60 s sleep).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     loop = asyncio.new_event_loop()
     start = time.monotonic()
     try:
@@ -76,6 +80,7 @@ def test_interrupt_cancels_and_waits_for_teardown() -> None:
             loop.run_until_complete(cell())
     finally:
         loop.close()
+        signal.signal(signal.SIGINT, previous)
     assert torn_down.is_set() and time.monotonic() - start < 10
 
 

@@ -1,0 +1,56 @@
+"""``anyswe serve`` on the command line (the server itself is anyswe/serve.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from anyswe.errors import AnysweError, SpecError, first_problem
+from anyswe.serve import ServeConfig, serve
+
+
+def config_of(path: Path | None, overrides: list[str]) -> ServeConfig:
+    """The server's config: a YAML file of :class:`ServeConfig` fields, then ``--set a.b=c`` overrides."""
+    from anyswe._yaml import read_yaml
+    from anyswe.spec import _apply_override, _parse_override
+
+    data: Any = read_yaml(path) if path is not None else {}
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: the serve config must be a mapping of fields")
+    # Each field not in the file is the default, so `--set agent.step_limit=20` sets it on the default agent.
+    data = ServeConfig().model_dump() | data
+    for text in overrides:
+        keys, value = _parse_override(text)
+        _apply_override(data, keys, value, text)
+    try:
+        return ServeConfig.model_validate(data)
+    except ValidationError as exc:
+        where = f"{path}: " if path is not None else ""
+        raise SpecError(f"{where}{first_problem(exc)}") from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``anyswe serve`` to the command line."""
+
+    def serve_cmd(
+        config: Annotated[
+            Path | None, typer.Option("--config", "-c", help="A YAML file of the server's config.")
+        ] = None,
+        set_: Annotated[
+            list[str] | None, typer.Option("--set", help="Override a config field: agent.type=gold, model.base_url=...")
+        ] = None,
+        host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+        port: Annotated[int, typer.Option(help="Port to listen on (0: a free one, printed).")] = 8000,
+    ) -> None:
+        """Serve rollouts over HTTP: NeMo Gym's anyswe_agent /run contract, plus GET /health."""
+        from anyswe.cli import _fail
+
+        try:
+            serve(config_of(config, set_ or []), host, port)
+        except AnysweError as exc:
+            _fail(exc)
+
+    app.command("serve")(serve_cmd)
