@@ -95,8 +95,8 @@ provision_docker() {
 apptainer_ok() { timeout 20 apptainer --version >/dev/null 2>&1; }
 
 provision_apptainer() {
-  # Our own root: its wrapper is kept current (a changed wrapper lands with the next provision).
-  if [ -x "$APPTAINER_ROOT/usr/bin/apptainer" ]; then install_apptainer_wrapper; fi
+  # Our own root: its wrapper and configuration are kept current (they land with the next provision).
+  if [ -x "$APPTAINER_ROOT/usr/bin/apptainer" ]; then configure_apptainer; install_apptainer_wrapper; fi
   if apptainer_ok; then log "apptainer: $(apptainer --version)"; return 0; fi
   apt_install mmdebstrap util-linux
   if [ ! -x "$APPTAINER_ROOT/usr/bin/apptainer" ]; then
@@ -120,9 +120,19 @@ provision_apptainer() {
     sed -i 's/^root default capabilities = .*/root default capabilities = file/' "$tmp/etc/apptainer/apptainer.conf"
     mv "$tmp" "$APPTAINER_ROOT"
   fi
+  configure_apptainer
   install_apptainer_wrapper
   apptainer_ok || die "apptainer wrapper installed in $BIN_DIR but 'apptainer --version' fails"
   log "apptainer: $(apptainer --version)"
+}
+
+configure_apptainer() {
+  # A sandbox's memory and pids limits are cgroups. Apptainer's default manager for them is systemd's,
+  # which needs systemd as PID 1 (a container host or CI machine often has another init): without it
+  # every limited instance fails to start. cgroupfs, the other manager, needs nothing.
+  if [ "$(cat /proc/1/comm 2>/dev/null)" != systemd ]; then
+    sed -i 's/^systemd cgroups = yes/systemd cgroups = no/' "$APPTAINER_ROOT/etc/apptainer/apptainer.conf"
+  fi
 }
 
 install_apptainer_wrapper() {
