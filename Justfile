@@ -22,20 +22,28 @@ test: test-unit
     bash scripts/provision.sh all
     bash scripts/provision.sh browser
     bash scripts/provision.sh image-bullseye
-    uv run pytest -m containers
+    just containers
 
 # No provisioning: it runs on a laptop, as any user, and first in CI (under 3 minutes on 2 idle cores).
 # The fast tier: lint, type-check, then every test that needs no docker, apptainer or Ray.
 test-unit:
     uv sync --frozen --all-extras
     just lint
-    uv run pytest -m "not containers"
+    uv run pytest -m "not containers" -n 2
 
 # The container tier alone (tests marked `containers`: real runtimes, sandboxes, Ray).
 test-containers: setup lint
     bash scripts/provision.sh browser
     bash scripts/provision.sh image-bullseye
-    uv run pytest -m containers
+    just containers
+
+# The container tier's tests, on what is provisioned: three workers (pytest-xdist; a file stays on one
+# worker, so its fixtures are built once and its tests keep their order), then alone the tests marked
+# `exclusive` (they restart dockerd under every concurrent test's containers, fork-bomb the CPUs, or
+# start Ray nodes, which miss Ray's fixed start-up wait on busy CPUs).
+containers workers="3":
+    uv run pytest -m "containers and not exclusive" -n {{workers}} --dist loadfile --no-loadscope-reorder
+    uv run pytest -m "containers and exclusive"
 
 lint:
     uv run ruff check anyswe tests bench notebooks
@@ -51,7 +59,10 @@ bench: setup
     uv run python bench/regrade_corpus.py
     uv run python bench/swebench_import.py
     uv run python bench/tables.py
+    uv run python bench/report.py
     uv run python bench/overhead.py
     uv run python bench/concurrency.py
     uv run python bench/concurrency.py --provider apptainer
     uv run python bench/footprint.py
+    uv run python bench/gateway_latency.py
+    uv run python bench/serve_load.py

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import shutil
 import subprocess
 import uuid
@@ -40,12 +41,77 @@ def needs_containers(item: pytest.Item) -> bool:
     return parts[0] in CONTAINER_DIRS or bool(RUNTIME_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
+#: The container tier's longest files, longest first (seconds per file in a CI log's summary below).
+#: The tier runs on pytest-xdist workers a file at a time (--dist loadfile) in collection order
+#: (--no-loadscope-reorder: xdist would otherwise order files by their number of tests, which put the
+#: 1,000-rollout leak test, one test of over four minutes, last of all, with one worker idle). The
+#: longest first, then the rest in their order: the workers end close together.
+LONGEST_FIRST = (
+    "e2e/test_serve_leak.py",
+    "e2e/test_cli_agent_edges.py",
+    "e2e/test_cli_agents.py",
+    "e2e/test_fault_suite.py",
+    "e2e/test_fault_orchestrator.py",
+    "e2e/test_real_images.py",
+    "e2e/test_mini_swe_agent.py",
+    "containers/test_sandbox_conformance.py",
+    "e2e/test_prepare_images.py",
+    "e2e/test_resume.py",
+    "containers/test_inspect_conformance.py",
+    "e2e/test_faults.py",
+    "e2e/test_triage.py",
+    "e2e/test_gold_check.py",
+    "e2e/test_serve.py",
+)
+
+
+def _file_rank(item: pytest.Item) -> int:
+    path = Path(str(item.path)).relative_to(Path(__file__).parent).as_posix()
+    return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Marked here rather than trusted to each module's pytestmark: a module that forgets it would
     # otherwise land in the unit tier and fail (or hang) on a machine without runtimes.
     for item in items:
         if needs_containers(item) and item.get_closest_marker("containers") is None:
             item.add_marker(pytest.mark.containers)
+    items.sort(key=_file_rank)  # stable: a file's tests keep their order
+
+
+#: The fault suite's seed (tests/e2e/faultkit.py reads it): one for the whole session.
+FAULT_SEED_VAR = "ANYSWE_FAULT_SEED"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Chosen here, before pytest-xdist spawns its workers: they inherit it, so every worker uses the
+    # one seed that the header below prints.
+    if not os.environ.get(FAULT_SEED_VAR, "").strip():
+        os.environ[FAULT_SEED_VAR] = str(random.SystemRandom().randrange(2**32))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    seed = os.environ[FAULT_SEED_VAR]
+    return f"fault seed {seed} ({FAULT_SEED_VAR}={seed} repeats every random moment of the fault suite)"
+
+
+#: Seconds per test file (setup, call and teardown of its tests): pytest's --durations names the
+#: slowest tests; this names where a tier's time goes, file by file, in every CI log.
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _FILE_SECONDS:
+        return
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.section(f"seconds per test file (summed over workers: {total:.0f} s)")
+    for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:25]:
+        terminalreporter.write_line(f"{seconds:8.1f}s  {100 * seconds / total:4.1f}%  {path}")
 
 
 def _unavailable(reason: str) -> None:

@@ -5,7 +5,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -54,3 +54,42 @@ def registry(docker_image: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="session")
+def browse(chromium: str) -> Callable[..., str]:
+    """Open a page in headless Chromium: its DOM after the page's scripts ran, and a screenshot
+    (tests/artifacts/NAME.png) when asked. Errors on the page's console fail the test."""
+    import tempfile
+    from pathlib import Path
+
+    artifacts = Path(__file__).resolve().parents[1] / "artifacts"
+
+    def run(url: str, *, screenshot: str | None = None, size: str = "1280,5000") -> str:
+        flags = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            f"--user-data-dir={tempfile.mkdtemp()}",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--window-size={size}",
+        ]
+        logs = ""
+        if screenshot is not None:
+            artifacts.mkdir(exist_ok=True)
+            shot = artifacts / f"{screenshot}.png"
+            r = subprocess.run(
+                [chromium, *flags, f"--screenshot={shot}", url], capture_output=True, text=True, timeout=120
+            )
+            assert shot.is_file() and shot.stat().st_size > 10_000, r.stderr[-2000:]
+            logs += r.stderr
+        r = subprocess.run([chromium, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+        console = [line for line in (logs + r.stderr).splitlines() if "CONSOLE" in line]
+        assert not [x for x in console if "error" in x.lower() or "uncaught" in x.lower()], console
+        return r.stdout
+
+    return run

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import random
-import signal
 from pathlib import Path
 
 import pytest
-from faultkit import SEED_VAR, Figures, dockerd_restart, fault_seed, full_disk, orchestrator_signal, sandbox_faults
+from faultkit import SEED_VAR, Figures, dockerd_restart, fault_seed, full_disk, sandbox_faults
 
 pytestmark = pytest.mark.containers
 
@@ -19,12 +17,9 @@ SEED = fault_seed()
 @pytest.fixture
 def rng(request: pytest.FixtureRequest) -> random.Random:
     """This test's own generator (seeded by the session's seed and the test's id, so a test run alone
-    repeats what it did in the whole suite), its seed printed past pytest's capture and kept as a
-    report section that a failure shows."""
-    capture = request.config.pluginmanager.getplugin("capturemanager")  # None under -p no:capture
+    repeats what it did in the whole suite). The seed is in pytest's header (tests/conftest.py) and in
+    a report section that a failure shows."""
     line = f"fault seed {SEED} ({SEED_VAR}={SEED} to repeat {request.node.nodeid})"
-    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-        print(f"\n{line}")
     request.node.add_report_section("setup", "fault seed", line)
     return random.Random(f"{SEED}:{request.node.nodeid}")
 
@@ -41,14 +36,7 @@ def test_sandboxes_killed_and_stopped_in_every_phase(runtimes: None, tmp_path: P
     assert_clean(f)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
-def test_orchestrator_killed_at_a_random_point_on_apptainer(
-    runtimes: None, tmp_path: Path, sig: signal.Signals, rng: random.Random
-) -> None:
-    # docker's SIGINT/SIGTERM/SIGKILL paths are in test_resume.py; the moment here is random (seeded).
-    assert_clean(orchestrator_signal(tmp_path, "apptainer", sig, rng))
-
-
+@pytest.mark.exclusive  # every container of a concurrent test dies with dockerd
 def test_dockerd_restarted_mid_run(runtimes: None, tmp_path: Path) -> None:
     assert_clean(dockerd_restart(tmp_path))
 

@@ -2,20 +2,23 @@
 
 Each agent below is one red-team step measured against an earlier anyswe, where each gave a masked
 ``SandboxLost`` or "patch capture failed" row, run again on every attempt: killing the sandbox's PID 1,
-removing ``.git``, a clean filter that must run and fails, and a patch whose conftest kills PID 1
-(and every other process) in the grading sandbox when the tests fail. Now each is the agent's: one
+removing ``.git``, a clean filter that must run and fails, a patch whose conftest kills PID 1
+(and every other process) in the grading sandbox when the tests fail, and a fork bomb left running
+(every pid of the sandbox taken, so that no command of the capture could start). Now each is the agent's: one
 row, unresolved, not masked, not retried. A kill from the host stays infra and is retried
 (tests/e2e/test_faults.py, test_fault_suite.py).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import ClassVar, Literal
 
 import pytest
 
 from anyswe.agents import Agent, AgentConfig, AgentContext, AgentOutcome, register_agent
+from anyswe.errors import SandboxPidsExhausted
 from anyswe.experiment import Experiment
 from anyswe.results.store import read_results
 
@@ -46,6 +49,8 @@ STEPS = {
         "&& chmod +x /tmp/h/pre-commit && git config core.hooksPath /tmp/h",
     ],
     "conftest": [f"cat > conftest.py <<'EOF'\n{CONFTEST}EOF"],
+    # A fork bomb in a session of its own, left running to fill the sandbox's pids when the agent ends.
+    "forkbomb": ["setsid bash -c 'bomb() { bomb | bomb & }; bomb' >/dev/null 2>&1 </dev/null & sleep 4"],
 }
 
 
@@ -73,14 +78,18 @@ class HostileAgent(Agent):
         for step in steps:
             r = await ctx.sandbox.exec(["bash", "-c", step], workdir=ctx.workdir, timeout=60)
             ctx.log(f"$ {step}\n(exit {r.exit_code}) {r.stderr}")
-        alive = await ctx.sandbox.exec(["cat", "/proc/1/cmdline"])
-        ctx.log(f"PID 1 after: {alive.stdout!r}")
+        try:
+            alive = await ctx.sandbox.exec(["cat", "/proc/1/cmdline"])
+            ctx.log(f"PID 1 after: {alive.stdout!r}")
+        except SandboxPidsExhausted as exc:  # the fork bomb's sandbox may start nothing
+            ctx.log(f"PID 1 after: unknown ({exc})")
         return AgentOutcome()
 
 
 register_agent("hostile", f"{__name__}:HostileAgent")
 
 
+@pytest.mark.exclusive  # two fork bombs take every CPU of the host (tests/containers/test_limits.py)
 def test_a_hostile_agents_failure_stays_its_own_on_both_runtimes(runtimes: None, tmp_path: Path) -> None:
     agents = {
         "killer": "{type: hostile, steps: killer}",
@@ -88,6 +97,7 @@ def test_a_hostile_agents_failure_stays_its_own_on_both_runtimes(runtimes: None,
         "filter": "{type: hostile, steps: filter}",
         "filterfix": "{type: hostile, steps: filter, fix: true}",
         "conftest": "{type: hostile, steps: conftest}",
+        "forkbomb": "{type: hostile, steps: forkbomb, fix: true}",
     }
     spec = tmp_path / "spec.yaml"
     spec.write_text(
@@ -99,13 +109,18 @@ def test_a_hostile_agents_failure_stays_its_own_on_both_runtimes(runtimes: None,
     exp = Experiment.load(spec, run_dir=tmp_path / "run")
     exp.run(progress=False)
     attempts = read_results(exp.run_dir / "results.jsonl")
-    assert len(attempts) == 10, attempts  # one row each: nothing was retried
+    assert len(attempts) == 12, attempts  # one row each: nothing was retried
     rows = {(r["agent"], r["provider"]): r for r in exp.results().iter_rows(named=True)}
-    assert len(rows) == 10
+    assert len(rows) == 12
     for (agent, provider), row in rows.items():
         log = (exp.run_dir / "tasks" / row["key"] / "agent.log").read_text()
         what = f"{agent} on {provider}: {row}\n{log}"
         assert row["attempt"] == 1 and not row["mask_sample"] and row["error_kind"] in (None, "agent"), what
+        if agent == "forkbomb":
+            # Ended from the host when the agent was done, the bomb cost the capture nothing.
+            ended = re.search(r"ended (\d+) process\(es\) the agent left running", log)
+            assert ended and int(ended[1]) >= 1000 and row["resolved"] and row["error_kind"] is None, what
+            continue
         # The sandbox's PID 1 is anyswe's, and it outlived the agent's kills.
         assert "PID 1 after: '/" in log and ("anyswe-exec" in log or "/sbin/init" in log), what
         if agent == "filterfix":

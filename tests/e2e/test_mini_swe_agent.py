@@ -4,6 +4,7 @@ on docker and apptainer; exit reasons for a step limit and a budget."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -50,6 +51,26 @@ def test_trajectories_and_transcripts_are_kept(agents_run: Experiment) -> None:
         assert calls[0]["reply"]["tool_calls"] and calls[0]["usage"]["input_tokens"] > 0
         own = agents_run.run_dir / "tasks" / row["key"] / "agent-mini-swe-agent.traj.json"
         assert json.loads(own.read_text())["info"]["exit_status"] == "Submitted"
+
+
+def test_the_report_shows_each_protocols_steps(agents_run: Experiment, browse: Callable[..., str]) -> None:
+    """Issue 22, item 4: in headless Chromium, a task of each protocol opened at its second step shows
+    the steps in the one neutral form: the tool call as a call, the tool result the agent saw."""
+    from anyswe.results.report import write_report
+
+    out = write_report(agents_run.run_dir, agents_run.run_dir / "report.html")
+    rows = {r["model"]: r for r in agents_run.results().iter_rows(named=True)}
+    for model, row in sorted(rows.items()):
+        dom = browse(f"{out.as_uri()}#task={row['key']}&step=1", screenshot=f"report-mini-{model}")
+        opened = dom[dom.index(f'data-key="{row["key"]}"') :]
+        opened = opened[: opened.index("</details></td>", opened.index("test output"))]
+        assert "trajectory (2 steps)" in opened and "step 2 · " in opened, model
+        assert opened.count('class="call"') >= 2 and "tool result" in opened and "FAIL_TO_PASS" in opened, model
+        # The link expanded the second step, and only it.
+        assert '<details class="step" data-step="1" open="">' in opened, model
+        assert '<details class="step" data-step="0" open="">' not in opened, model
+        # The patch, highlighted: its file and an added line.
+        assert 'class="file"' in opened and 'class="add"' in opened and "diff --git a/" in opened, model
 
 
 def test_step_limit_and_budget_end_in_their_exit_reasons(runtimes: None, tmp_path: Path) -> None:
@@ -142,6 +163,7 @@ def test_misbehaving_models_end_in_the_right_exit_reason(runtimes: None, tmp_pat
         "matrix.providers=[docker]",
         "agents.mini.step_limit=3",
         "timeouts.agent=30",
+        "concurrency=6",  # all at once: the slow one's 30 s are the test's, not added to the others'
         f"matrix.models=[{', '.join(variants)}]",
     ]
     for name in variants:

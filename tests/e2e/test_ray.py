@@ -11,20 +11,36 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
+from gymkit import gym_python
 
-pytestmark = [pytest.mark.containers, pytest.mark.usefixtures("runtimes")]
+__all__ = ["gym_python"]  # the fixture, used by name
+
+# Alone (exclusive), after the parallel part: beside another worker's tests on 2 cores a Ray node
+# missed Ray's fixed 30-s registration wait at start (GCS "Deadline Exceeded") in 2 CI rehearsals of 3.
+pytestmark = [pytest.mark.containers, pytest.mark.exclusive, pytest.mark.usefixtures("runtimes")]
 
 ANYSWE = [sys.executable, "-m", "anyswe"]
 RAY = str(Path(sys.executable).parent / "ray")
-# Ray's token authentication (the token in ~/.ray/auth_token) for every process of the cluster.
-ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+# Ray's token authentication (the token in ~/.ray/auth_token) for every process of the cluster. The
+# GCS checks each node's health every second rather than every 3 s (a cluster's own setting): a killed
+# node is declared dead after 5 failed checks, in 5 s rather than 15, and nothing else changes (a
+# node that answers slowly still has Ray's 10-s timeout per check).
+ENV = {
+    **os.environ,
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "token",
+    "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+    "RAY_health_check_period_ms": "1000",
+}
 COMPARED = ("resolved", "patch_exists", "patch_applied", "exit_reason", "error_kind", "model_patch", "instance_id")
 
 
@@ -70,13 +86,24 @@ def _start(*args: str, env: dict[str, str] = ENV) -> subprocess.Popen[bytes]:
         "--disable-usage-stats",
         "--block",
     ]
-    return subprocess.Popen(
-        [RAY, "start", *args, *common],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - what `ray start` said, read on a failure
+    proc = subprocess.Popen(
+        [RAY, "start", *args, *common], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
+    _LOGS[proc.pid] = log
+    return proc
+
+
+_LOGS: dict[int, IO[bytes]] = {}
+
+
+def _said(proc: subprocess.Popen[bytes]) -> str:
+    """The last lines `ray start` printed."""
+    log = _LOGS.get(proc.pid)
+    if log is None:
+        return ""
+    log.seek(0)
+    return log.read().decode(errors="replace")[-3000:]
 
 
 def _ensure_token() -> None:
@@ -86,19 +113,44 @@ def _ensure_token() -> None:
     assert r.returncode == 0, r.stderr.decode(errors="replace")[-2000:]
 
 
+def _head(env: dict[str, str] = ENV) -> tuple[str, subprocess.Popen[bytes]]:
+    """A head on a free port, started again if it exits while it starts: on a busy machine its raylet
+    can miss Ray's fixed 30-s registration wait ("the current node timed out during startup") or its
+    dashboard agent's port file (a fatal check in Ray). Nothing to do with what a test checks."""
+    for attempt in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        address = f"127.0.0.1:{port}"
+        head = _start(
+            "--head", "--port", str(port), "--include-dashboard=false", "--resources", '{"docker": 2}', env=env
+        )
+        try:
+            _wait_for_nodes(address, 1, head, env)
+            return address, head
+        except AssertionError:
+            _kill_tree(head)
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 @contextmanager
 def ray_cluster() -> Iterator[Cluster]:
     _ensure_token()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    address = f"127.0.0.1:{port}"
-    head = _start("--head", "--port", str(port), "--include-dashboard=false", "--resources", '{"docker": 2}')
+    address, head = _head()
     worker = None
     try:
-        _wait_for_nodes(address, 1, head)
-        worker = _start("--address", address, "--resources", '{"docker": 1, "apptainer": 2}')
-        _wait_for_nodes(address, 2, head)
+        for attempt in range(3):  # the same for the second node (it exits when it cannot start)
+            worker = _start("--address", address, "--resources", '{"docker": 1, "apptainer": 2}')
+            try:
+                _wait_for_nodes(address, 2, head, worker=worker)
+                break
+            except AssertionError:
+                _kill_tree(worker)
+                if attempt == 2:
+                    raise
+        assert worker is not None
         yield Cluster(address, head, worker)
     finally:
         if worker is not None and worker.poll() is None:
@@ -106,14 +158,21 @@ def ray_cluster() -> Iterator[Cluster]:
         _kill_tree(head)
 
 
-def _wait_for_nodes(address: str, n: int, head: subprocess.Popen[bytes], env: dict[str, str] = ENV) -> None:
+def _wait_for_nodes(
+    address: str,
+    n: int,
+    head: subprocess.Popen[bytes],
+    env: dict[str, str] = ENV,
+    worker: subprocess.Popen[bytes] | None = None,
+) -> None:
     code = (
         "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
         "print(sum(1 for x in ray.nodes() if x['Alive']))"
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        assert head.poll() is None, "the Ray head exited"
+        assert head.poll() is None, f"the Ray head exited: {_said(head)}"
+        assert worker is None or worker.poll() is None, f"the second Ray node exited: {_said(worker)}"
         try:
             r = subprocess.run(
                 [sys.executable, "-c", code, address], capture_output=True, text=True, env=env, timeout=90
@@ -145,29 +204,6 @@ def _rows(run_dir: Path) -> list[dict[str, object]]:
 
 def _apply(spec: Path, *extra: str, env: dict[str, str] = ENV) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*ANYSWE, "apply", str(spec), *extra], capture_output=True, text=True, env=env, timeout=1200)
-
-
-def test_ray_results_equal_the_local_executor_task_by_task(tmp_path: Path) -> None:
-    ids = ["demo__calc-1", "demo__settings-3", "demo__stack-8"]
-    local_spec = _spec(tmp_path, "local", ["docker", "apptainer"], ids)
-    r = _apply(local_spec)
-    assert r.returncode == 0, r.stdout + r.stderr
-    ray_spec = tmp_path / "ray.yaml"
-    ray_spec.write_text(local_spec.read_text().replace(str(tmp_path / "local"), str(tmp_path / "ray")))
-    with ray_cluster() as cluster:
-        r = _apply(ray_spec, "--executor", "ray", "--address", cluster.address)
-    assert r.returncode == 0, r.stdout + r.stderr
-    local, remote = _rows(tmp_path / "local"), _rows(tmp_path / "ray")
-    assert len(remote) == len(local) == 12
-    by_key = {str(row["key"]): row for row in local}
-    assert {str(row["key"]) for row in remote} == set(by_key)  # same tasks, each recorded once
-    for row in remote:
-        assert {k: row[k] for k in COMPARED} == {k: by_key[str(row["key"])][k] for k in COMPARED}, row["key"]
-    assert sum(bool(row["resolved"]) for row in remote) == 6  # gold resolves on both backends
-    # Every artefact the local run wrote, the driver wrote for the Ray run too.
-    for row in remote:
-        task_dir = tmp_path / "ray" / "tasks" / str(row["key"])
-        assert (task_dir / "patch.diff").read_text() == row["model_patch"]
 
 
 def _sandboxes() -> dict[str, int]:
@@ -267,6 +303,118 @@ def test_a_model_task_lost_with_its_node_runs_again_under_a_new_grant(tmp_path: 
             assert len(spent.read_text().splitlines()) == r["model_calls"]
 
 
+@pytest.fixture(scope="class")
+def token_cluster() -> Iterator[str]:
+    """The two-node cluster with token authentication (the token in ~/.ray/auth_token), shared by the
+    tests that only run on it or join it (a cluster takes a while to start; none of them kills a node).
+    Defined after the tests that kill a node of their own cluster: it starts when they are done."""
+    with ray_cluster() as cluster:
+        yield cluster.address
+
+
+class TestOnATokenCluster:
+    """The tests on one shared two-node token cluster (class-scoped: it is gone before the next starts)."""
+
+    def test_ray_results_equal_the_local_executor_task_by_task(self, tmp_path: Path, token_cluster: str) -> None:
+        ids = ["demo__calc-1", "demo__settings-3", "demo__stack-8"]
+        local_spec = _spec(tmp_path, "local", ["docker", "apptainer"], ids)
+        r = _apply(local_spec)
+        assert r.returncode == 0, r.stdout + r.stderr
+        ray_spec = tmp_path / "ray.yaml"
+        ray_spec.write_text(local_spec.read_text().replace(str(tmp_path / "local"), str(tmp_path / "ray")))
+        r = _apply(ray_spec, "--executor", "ray", "--address", token_cluster)
+        assert r.returncode == 0, r.stdout + r.stderr
+        local, remote = _rows(tmp_path / "local"), _rows(tmp_path / "ray")
+        assert len(remote) == len(local) == 12
+        by_key = {str(row["key"]): row for row in local}
+        assert {str(row["key"]) for row in remote} == set(by_key)  # same tasks, each recorded once
+        for row in remote:
+            assert {k: row[k] for k in COMPARED} == {k: by_key[str(row["key"])][k] for k in COMPARED}, row["key"]
+        assert sum(bool(row["resolved"]) for row in remote) == 6  # gold resolves on both backends
+        # Every artefact the local run wrote, the driver wrote for the Ray run too.
+        for row in remote:
+            task_dir = tmp_path / "ray" / "tasks" / str(row["key"])
+            assert (task_dir / "patch.diff").read_text() == row["model_patch"]
+
+    def test_serve_runs_gym_rollouts_on_the_cluster(self, tmp_path: Path, token_cluster: str, gym_python: Path) -> None:
+        """``anyswe serve`` as one server for many nodes (issue 23): Gym rows answered by rollouts that
+        run as Ray tasks, a model task on the second node (the one with apptainer) through its relay."""
+        import asyncio
+
+        import aiohttp
+        from gymkit import gym_rows, serve_argv, started, validate
+
+        config = tmp_path / "serve.yaml"
+        config.write_text(
+            json.dumps(
+                {
+                    "agent": {"type": "mini-swe-agent", "step_limit": 20},
+                    "model": {"api": "scripted", "protocol": "openai-chat"},
+                    "dataset": "demo-swebench",
+                    "executor": "ray",
+                    "address": token_cluster,
+                    "run_dir": str(tmp_path / "served"),
+                }
+            )
+        )
+        proc, url = started(serve_argv(config), env=ENV)
+        rows = gym_rows(gym_python, ["demo__calc-1", "demo__inventory-4"])
+        bodies = [
+            {**rows[0], "anyswe": {"provider": "apptainer"}},
+            {**rows[1], "anyswe": {"agent": {"type": "gold"}, "model": None}},
+        ]
+
+        async def post() -> list[dict[str, Any]]:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=900)) as session:
+
+                async def one(body: dict[str, Any]) -> dict[str, Any]:
+                    async with session.post(url + "/run", json=body) as resp:
+                        assert resp.status == 200, await resp.text()
+                        return dict(await resp.json())
+
+                return list(await asyncio.gather(*(one(b) for b in bodies)))
+
+        try:
+            answers = asyncio.run(post())
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
+        assert [(a["reward"], a["mask_sample"], a["instance_config"]["provider"]) for a in answers] == [
+            (1.0, False, "apptainer"),
+            (1.0, False, "docker"),
+        ], answers
+        assert any(i["type"] == "function_call" for i in answers[0]["response"]["output"])  # the model's calls
+        validate(gym_python, answers, tmp_path)
+        recorded = _rows(tmp_path / "served")
+        assert sorted(str(r["key"]) for r in recorded) == sorted(a["key"] for a in answers)
+
+    def test_apply_joins_a_token_cluster_with_the_token_found_here(self, tmp_path: Path, token_cluster: str) -> None:
+        """RAY_AUTH_MODE unset in the driver: the cluster asks for a token, and the one in ~/.ray/auth_token is used."""
+        spec = _spec(tmp_path, "token", ["docker"], ["demo__calc-1"])
+        r = _apply(spec, "--executor", "ray", "--address", token_cluster, env=DRIVER_ENV)
+        assert r.returncode == 0, r.stdout + r.stderr
+        rows = _rows(tmp_path / "token")
+        assert len(rows) == 2 and sum(bool(row["resolved"]) for row in rows) == 1
+
+    def test_a_token_cluster_without_a_token_here_is_a_clear_error(
+        self, tmp_path: Path, token_cluster: str, tokenless_env: dict[str, str]
+    ) -> None:
+        spec = _spec(tmp_path, "no-token", ["docker"], ["demo__calc-1"])
+        r = _apply(spec, "--executor", "ray", "--address", token_cluster, env=tokenless_env)
+        _assert_clear_failure(r, "uses token authentication and this machine has no token", "~/.ray/auth_token")
+
+    def test_a_token_cluster_refusing_the_token_here_is_a_clear_error(self, tmp_path: Path, token_cluster: str) -> None:
+        spec = _spec(tmp_path, "wrong-token", ["docker"], ["demo__calc-1"])
+        r = _apply(
+            spec, "--executor", "ray", "--address", token_cluster, env={**DRIVER_ENV, "RAY_AUTH_TOKEN": "not-it"}
+        )
+        _assert_clear_failure(r, "refuses this machine's Ray token", "RAY_AUTH_TOKEN")
+        r = _apply(
+            spec, "--executor", "ray", "--address", token_cluster, env={**DRIVER_ENV, "RAY_AUTH_MODE": "disabled"}
+        )
+        _assert_clear_failure(r, "uses token authentication", "RAY_AUTH_MODE=disabled")
+
+
 # --- Joining a cluster in the authentication mode it runs (issue 21) ---------------------------------
 # One single-node head per mode for these tests (a head takes a while to start); each test only joins it.
 
@@ -277,24 +425,7 @@ DRIVER_ENV = {k: v for k, v in ENV.items() if k != "RAY_AUTH_MODE"}
 @contextmanager
 def _single_head(mode: str) -> Iterator[str]:
     """A head started as ``ray start --head`` with ``RAY_AUTH_MODE=mode``, advertising docker; its address."""
-    env = {**ENV, "RAY_AUTH_MODE": mode}
-    for attempt in range(3):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        address = f"127.0.0.1:{port}"
-        head = _start(
-            "--head", "--port", str(port), "--include-dashboard=false", "--resources", '{"docker": 2}', env=env
-        )
-        try:
-            _wait_for_nodes(address, 1, head, env)
-            break
-        except AssertionError:
-            # The head exited: on a busy machine its raylet gives up waiting for its dashboard agent's
-            # port file (a fatal check in Ray, nothing to do with authentication). Start it again.
-            _kill_tree(head)
-            if attempt == 2:
-                raise
+    address, head = _head({**ENV, "RAY_AUTH_MODE": mode})
     try:
         yield address
     finally:
@@ -305,14 +436,6 @@ def _single_head(mode: str) -> Iterator[str]:
 def open_cluster() -> Iterator[str]:
     """A cluster without token authentication (what `ray start --head` makes on a machine with no token)."""
     with _single_head("disabled") as address:
-        yield address
-
-
-@pytest.fixture(scope="module")
-def token_cluster() -> Iterator[str]:
-    """A cluster with token authentication, the token in ~/.ray/auth_token."""
-    _ensure_token()
-    with _single_head("token") as address:
         yield address
 
 
@@ -360,15 +483,6 @@ def test_apply_with_a_token_here_joins_an_open_cluster(tmp_path: Path, open_clus
     assert len(_rows(tmp_path / "open-token-here")) == 2
 
 
-def test_apply_joins_a_token_cluster_with_the_token_found_here(tmp_path: Path, token_cluster: str) -> None:
-    """RAY_AUTH_MODE unset in the driver: the cluster asks for a token, and the one in ~/.ray/auth_token is used."""
-    spec = _spec(tmp_path, "token", ["docker"], ["demo__calc-1"])
-    r = _apply(spec, "--executor", "ray", "--address", token_cluster, env=DRIVER_ENV)
-    assert r.returncode == 0, r.stdout + r.stderr
-    rows = _rows(tmp_path / "token")
-    assert len(rows) == 2 and sum(bool(row["resolved"]) for row in rows) == 1
-
-
 def test_token_mode_without_a_token_at_a_cluster_without_authentication_is_a_clear_error(
     tmp_path: Path, open_cluster: str, tokenless_env: dict[str, str]
 ) -> None:
@@ -379,19 +493,3 @@ def test_token_mode_without_a_token_at_a_cluster_without_authentication_is_a_cle
     _assert_clear_failure(r, "does not use token authentication", "unset RAY_AUTH_MODE")
     results = tmp_path / "mismatch" / "results.jsonl"
     assert not results.exists() or not results.read_text().strip()  # no task ran
-
-
-def test_a_token_cluster_without_a_token_here_is_a_clear_error(
-    tmp_path: Path, token_cluster: str, tokenless_env: dict[str, str]
-) -> None:
-    spec = _spec(tmp_path, "no-token", ["docker"], ["demo__calc-1"])
-    r = _apply(spec, "--executor", "ray", "--address", token_cluster, env=tokenless_env)
-    _assert_clear_failure(r, "uses token authentication and this machine has no token", "~/.ray/auth_token")
-
-
-def test_a_token_cluster_refusing_the_token_here_is_a_clear_error(tmp_path: Path, token_cluster: str) -> None:
-    spec = _spec(tmp_path, "wrong-token", ["docker"], ["demo__calc-1"])
-    r = _apply(spec, "--executor", "ray", "--address", token_cluster, env={**DRIVER_ENV, "RAY_AUTH_TOKEN": "not-it"})
-    _assert_clear_failure(r, "refuses this machine's Ray token", "RAY_AUTH_TOKEN")
-    r = _apply(spec, "--executor", "ray", "--address", token_cluster, env={**DRIVER_ENV, "RAY_AUTH_MODE": "disabled"})
-    _assert_clear_failure(r, "uses token authentication", "RAY_AUTH_MODE=disabled")

@@ -1,0 +1,40 @@
+"""What the CLI-agent tests share: their spec (Claude Code, OpenClaw and Hermes with the scripted model
+on the SWE-bench-shaped demo tasks, on docker and apptainer) and an experiment made from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from anyswe.experiment import Experiment
+
+SPEC = """\
+name: cli-agents
+dataset: {name: demo-swebench, instance_ids: [demo__calc-1, demo__inventory-4]}
+agents:
+  claude: {type: claude-code, max_turns: 10}
+  openclaw: {type: openclaw, max_turns: 10}
+  hermes: {type: hermes, max_turns: 10}
+models:
+  scripted: {api: scripted, protocol: anthropic-messages}
+  scripted-chat: {api: scripted, protocol: openai-chat}
+providers:
+  docker: {type: docker, concurrency: 3}
+  apptainer: {type: apptainer, concurrency: 3, overlay_size_mb: 512}
+matrix:
+  agents: [claude]
+  models: [scripted]
+  include:
+    - {agent: openclaw, model: scripted-chat, provider: docker}
+    - {agent: openclaw, model: scripted-chat, provider: apptainer}
+    - {agent: openclaw, model: scripted, provider: docker}
+    - {agent: hermes, model: scripted-chat, provider: docker}
+    - {agent: hermes, model: scripted-chat, provider: apptainer}
+concurrency: 6
+timeouts: {agent: 240, grading: 300}
+"""
+
+
+def experiment(tmp_path: Path, *overrides: str, spec: str = SPEC) -> Experiment:
+    path = tmp_path / "spec.yaml"
+    path.write_text(spec)
+    return Experiment.load(path, overrides=list(overrides), run_dir=tmp_path / "run")
