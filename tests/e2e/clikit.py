@@ -30,7 +30,9 @@ matrix:
     - {agent: hermes, model: scripted-chat, provider: docker}
     - {agent: hermes, model: scripted-chat, provider: apptainer}
 concurrency: 6
-timeouts: {agent: 240, grading: 300}
+# 600: OpenClaw alone takes 23 CPU-seconds to its first call (test_cli_agent_edges), and six of it
+# ran past 240 s each when a cold CI run loaded the two cores.
+timeouts: {agent: 600, grading: 300}
 """
 
 

@@ -48,9 +48,11 @@ def test_turn_cap_dead_endpoint_and_budget_end_in_their_exit_reasons(
         "matrix.providers=[docker]",
         "matrix.include=[{agent: free, model: dead, provider: docker}, "
         "{agent: free, model: budgeted, provider: docker}]",
-        # OpenClaw takes 20 s to start on an idle machine and over 120 s on a loaded one (CI's two
-        # workers): the turn cap must be what stops it, not the timeout.
-        "timeouts.agent=240",
+        # OpenClaw takes 17 s and 23 CPU-seconds to its first model call on an idle machine (node
+        # loading its bundle: neither a warm home nor node's compile cache changes that), and over
+        # 240 s when CI's workers load the two cores (a cold run building real images): the turn cap
+        # must be what stops it, not the timeout.
+        "timeouts.agent=600",
         "retries.max_attempts=1",
     )
     monkeypatch.setenv("ANYSWE_TEST_DEAD_KEY", "sk-never-used")

@@ -31,7 +31,7 @@ agent: {type: mini-swe-agent, step_limit: 20}
 model: {api: scripted, protocol: openai-chat}
 provider: docker
 dataset: demo-swebench
-timeouts: {agent: 240, grading: 300}
+timeouts: {agent: 600, grading: 300}
 concurrency: 4
 """
 CLAUDE = {

@@ -45,6 +45,9 @@ def sandbox_count(run_id: str) -> int:
     return len(r.stdout.split())
 
 
+# About 0.5 core-seconds a rollout (docker's own machinery): 6 minutes beside one other CI worker, over
+# 15 beside two on a cold run that builds real images; the suite-wide 900 s would cut it off.
+@pytest.mark.timeout(2700)
 def test_a_thousand_short_rollouts_leave_sandboxes_and_memory_flat(tmp_path: Path) -> None:
     config = tmp_path / "serve.yaml"
     config.write_text(
