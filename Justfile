@@ -39,7 +39,8 @@ test-containers: setup lint
 
 # The container tier's tests, on what is provisioned: three workers (pytest-xdist; a file stays on one
 # worker, so its fixtures are built once and its tests keep their order), then alone the tests marked
-# `exclusive` (they restart dockerd under every concurrent test's containers, fork-bomb the CPUs, or
+# `exclusive` (they restart dockerd under every concurrent test's containers, fork-bomb the CPUs, run a
+# thousand docker rollouts that starve concurrent agents, or
 # start Ray nodes, which miss Ray's fixed start-up wait on busy CPUs).
 containers workers="3":
     uv run pytest -m "containers and not exclusive" -n {{workers}} --dist loadfile --no-loadscope-reorder
