@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -35,12 +36,18 @@ def test_two_waiters_in_two_successive_loops(docker_image: str, tmp_path: Path) 
 
 
 def test_build_failure_carries_the_output_and_leaves_no_container(docker_image: str, tmp_path: Path) -> None:
-    from python_on_whales import docker
-
     marker = f"broken-step-{uuid.uuid4().hex[:8]}"
     (tmp_path / "Dockerfile").write_text(f"FROM {docker_image}\nRUN echo {marker} && exit 3\n")
     with pytest.raises(ImageBuildError, match=marker):
         run_sync(build_docker_image(tmp_path / "Dockerfile", f"anyswe-test/broken:{uuid.uuid4().hex[:12]}"))
     # The classic builder keeps a failed step's container unless told otherwise.
-    left = [c.name for c in docker.container.list(all=True) if marker in " ".join(c.config.cmd or [])]
+    # One `docker ps` lists every container with its command at once. Listing ids and then
+    # inspecting each lost a race in CI: another worker's container was removed in between.
+    listing = subprocess.run(
+        ["docker", "ps", "--all", "--no-trunc", "--format", "{{.ID}} {{.Command}}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    left = [line for line in listing.splitlines() if marker in line]
     assert left == []
