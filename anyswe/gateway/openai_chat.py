@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from anyswe.gateway._json import dumps
+from anyswe.gateway._json import dumps, loads
 from anyswe.gateway.errors import UpstreamError
 from anyswe.gateway.wire import Conversation, Reply, ToolCall, Usage, tool_args
 
@@ -150,13 +150,15 @@ async def post(
             await asyncio.sleep(BACKOFF * 2 ** (attempt - 1))
         try:
             async with _session().post(url, data=dumps(body), headers={**headers, **_JSON}) as resp:
-                text = await resp.text()
+                raw = await resp.read()
                 if resp.status == 200:
                     try:
-                        return read(json.loads(text))
-                    except json.JSONDecodeError:
-                        raise UpstreamError(502, f"upstream {model}: a reply that is not JSON: {text[:300]}") from None
-                last = _failure(resp.status, text, model)
+                        data = loads(raw)
+                    except ValueError:
+                        text = raw[:300].decode("utf-8", "replace")
+                        raise UpstreamError(502, f"upstream {model}: a reply that is not JSON: {text}") from None
+                    return read(data)
+                last = _failure(resp.status, raw.decode("utf-8", "replace"), model)
                 if resp.status != 429 and resp.status < 500:
                     raise last
         except TimeoutError:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import secrets
 import tempfile
 import time
@@ -26,6 +25,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from anyswe.gateway._json import loads
 from anyswe.gateway.errors import UpstreamError, UpstreamRefused
 from anyswe.gateway.grants import Budget, Grant, Limits, Reservation
 from anyswe.gateway.render import render_error, render_json, render_stream
@@ -267,7 +267,7 @@ class Gateway:
         if not isinstance(raw, bytes):
             return raw
         try:
-            body = json.loads(raw)
+            body = loads(raw)
             conv = read_request(protocol, body)
         except (WireError, ValueError) as exc:
             return self._error(protocol, 400, str(exc), "invalid_request_error")

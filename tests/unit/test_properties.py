@@ -141,3 +141,38 @@ def test_any_patch_text_round_trips_through_a_result_row_or_is_refused_cleanly(p
     except (ValueError, UnicodeError):
         return
     assert TaskResult.model_validate_json(line).model_patch == patch
+
+
+#: JSON as agents send it to the gateway: integers of any size, floats out to the infinities and NaN
+#: (the standard library writes them), any text (lone surrogates included), nested.
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@SETTINGS
+@given(value=_JSON_VALUES, ascii_only=st.booleans())
+def test_the_gateways_fast_json_reads_every_body_as_the_standard_library_does(value: Any, ascii_only: bool) -> None:
+    """orjson reads the gateway's bodies; what it would read differently (an integer past 64 bits, as a
+    float) or refuses (NaN, a lone surrogate) goes to the standard library: the same value either way."""
+    from anyswe.gateway._json import loads
+
+    raw = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    try:
+        expected = json.loads(raw)
+    except ValueError:  # a raw lone surrogate, not UTF-8: refused by both, as a ValueError
+        try:
+            loads(raw)
+        except ValueError:
+            return
+        raise AssertionError("accepted a body the standard library refuses") from None
+    # json.dumps compares NaN and the types of numbers (1 == 1.0 == True would hide a float read).
+    assert json.dumps(loads(raw), sort_keys=True) == json.dumps(expected, sort_keys=True)
+    assert repr(loads(raw)) == repr(expected)
