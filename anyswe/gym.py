@@ -23,6 +23,8 @@ _AGENT_ERROR_KIND = {"max_iterations": "max_iteration", "context_window": "conte
 
 def gym_response(body: Mapping[str, Any], rollout: Rollout, *, queued_s: float = 0.0) -> dict[str, Any]:
     """The rollout as nemo-gym's ``AnySweVerifyResponse`` (its fields and names), plus anyswe's own."""
+    from anyswe.gateway.render import responses_usage  # here: the gateway package imports aiohttp
+
     params = dict(body.get("responses_create_params") or {})
     output, tools = output_items(rollout.trajectory)
     first = rollout.trajectory[0].messages if rollout.trajectory else []
@@ -48,7 +50,7 @@ def gym_response(body: Mapping[str, Any], rollout: Rollout, *, queued_s: float =
             "parallel_tool_calls": bool(params.get("parallel_tool_calls", True)),
             "tool_choice": params.get("tool_choice", "auto"),
             "tools": tools,
-            "usage": _usage(rollout),
+            "usage": responses_usage(rollout.usage),
         },
         "reward": rollout.reward,
         "mask_sample": rollout.mask_sample,
@@ -74,17 +76,6 @@ def gym_response(body: Mapping[str, Any], rollout: Rollout, *, queued_s: float =
         "tests_status": rollout.tests_status,
         "timings": rollout.timings | {"queued": round(queued_s, 3)},
         "key": r.key,
-    }
-
-
-def _usage(rollout: Rollout) -> dict[str, Any]:
-    u = rollout.usage
-    return {
-        "input_tokens": u.input_tokens,
-        "input_tokens_details": {"cached_tokens": u.cache_read_tokens},
-        "output_tokens": u.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": u.input_tokens + u.output_tokens,
     }
 
 

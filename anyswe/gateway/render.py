@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import typing
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -37,7 +38,19 @@ def _chat_usage(u: Usage) -> dict[str, Any]:
     }
 
 
-def _responses_usage(u: Usage) -> dict[str, Any]:
+class TokenCounts(typing.Protocol):
+    """What a usage block is made of: the gateway's per-call :class:`Usage`, a rollout's summed usage."""
+
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def cache_read_tokens(self) -> int: ...
+
+
+def responses_usage(u: TokenCounts) -> dict[str, Any]:
+    """``u`` as the Responses API's ``usage`` object (the gateway's replies, Gym's rollout responses)."""
     return {
         "input_tokens": u.input_tokens,
         "input_tokens_details": {"cached_tokens": u.cache_read_tokens},
@@ -101,7 +114,7 @@ def _response(reply: Reply | None, model: str, resp_id: str, items: list[dict[st
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
-        "usage": _responses_usage(reply.usage) if reply is not None else None,
+        "usage": responses_usage(reply.usage) if reply is not None else None,
     }
 
 
