@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from upstreamkit import upstream
 
 from anyswe.gateway import openai_chat, openai_responses
 from anyswe.gateway.errors import UpstreamError
@@ -59,18 +60,8 @@ async def server(seen: list[dict[str, Any]], delay: float = 0.0) -> AsyncIterato
         await asyncio.sleep(delay)
         return web.json_response(RESPONSES_REPLY if request.path.endswith("/responses") else CHAT_REPLY)
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", answer)
-    app.router.add_post("/v1/responses", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1"  # type: ignore[union-attr]
-    finally:
-        await openai_chat.close_sessions()
-        await runner.cleanup()
+    async with upstream(answer, ("/v1/chat/completions", "/v1/responses")) as url:
+        yield url
 
 
 def ask(api: str, agent_protocol: str, agent_body: dict[str, Any], **spec: Any) -> tuple[Any, list[dict[str, Any]]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from upstreamkit import upstream
 
 from anyswe.gateway import openai_chat
 from anyswe.gateway.errors import UpstreamError
@@ -34,17 +35,8 @@ async def server(answers: list[tuple[int, Any]], seen: list[dict[str, Any]]) -> 
         status, body = answers.pop(0) if answers else (200, OK)
         return web.json_response(body, status=status)
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1"  # type: ignore[union-attr]
-    finally:
-        await openai_chat.close_sessions()
-        await runner.cleanup()
+    async with upstream(chat) as url:
+        yield url
 
 
 def conv() -> Conversation:
