@@ -18,7 +18,7 @@ from anyswe.gateway.wire import Usage
 
 if TYPE_CHECKING:
     from anyswe.gateway.server import Upstream
-    from anyswe.gateway.wire import Digest
+    from anyswe.gateway.wire import Digest, Message
     from anyswe.model import PriceSpec
 
 #: The request fields that cap a reply's tokens, per protocol (whichever the request sets).
@@ -114,6 +114,9 @@ class Grant:
     #: A chat completions task's previous call: its messages as sent and their digest, which a call that
     #: continues that history extends with its new messages only (gateway/trajectory.py's _prior).
     chat_digest: tuple[list[Any], Digest] | None = None
+    #: The same call's messages as sent and as read: a call that continues them reads its new ones only
+    #: (wire.read_request's ``known``).
+    chat_read: tuple[list[Any], list[Message]] | None = None
     #: Whether the calls' token ids form one growing prefix chain (each prompt starts with the previous
     #: prompt and its generation): None until a call brings token ids; False once one breaks it
     #: (compaction, a retry, a rewritten history), i.e. the rollout is off-policy.

@@ -110,7 +110,7 @@ class Gateway:
         """End a task's access (and remove its socket, if it has one); its usage stays readable."""
         grant = self._grants[token]
         grant.active = False
-        grant.chat_digest = None  # the last call's history, kept for the next call: there is none
+        grant.chat_digest = grant.chat_read = None  # the last call's history, kept for the next call: there is none
         for path, (owner, _) in list(self._task_sockets.items()):
             if owner == token:
                 self._close_socket(path)
@@ -268,9 +268,11 @@ class Gateway:
             return raw
         try:
             body = loads(raw)
-            conv = read_request(protocol, body)
+            conv = read_request(protocol, body, known=grant.chat_read)
         except (WireError, ValueError) as exc:
             return self._error(protocol, 400, str(exc), "invalid_request_error")
+        if protocol == "openai-chat" and isinstance(sent := body.get("messages"), list):
+            grant.chat_read = (sent, conv.messages)  # the next call repeats this history: read once
         held = grant.admit(body, len(raw))
         if isinstance(held, str):
             if held.startswith("recorded bytes") and not grant.cap_noted:  # once: the cap bounds the file too

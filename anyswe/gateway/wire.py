@@ -168,9 +168,14 @@ def _anthropic_messages(body: dict[str, Any]) -> list[Message]:
     return out
 
 
-def _chat_messages(body: dict[str, Any]) -> list[Message]:
-    out = []
-    for m in body.get("messages") or []:
+def _chat_messages(body: dict[str, Any], known: Known | None = None) -> list[Message]:
+    raw = body.get("messages") or []
+    out: list[Message] = []
+    if known is not None and 0 < len(known[0]) <= len(raw) and raw[: len(known[0])] == known[0]:
+        # The same messages as sent read to the same Messages (each is read on its own): the known
+        # ones are reused, the new ones read. Reading a whole history on every call grew with its square.
+        out, raw = list(known[1]), raw[len(known[0]) :]
+    for m in raw:
         role = "system" if m.get("role") == "developer" else m.get("role", "user")
         calls = [
             ToolCall(c["id"], c["function"]["name"], tool_args(c["function"].get("arguments")))
@@ -219,16 +224,24 @@ def _tools(protocol: Protocol, body: dict[str, Any]) -> tuple[dict[str, dict[str
     return tools, descriptions
 
 
-def read_request(protocol: Protocol, body: Any) -> Conversation:
-    """The neutral form of a request body; :class:`WireError` when it is not one of ``protocol``."""
+#: A chat completions history as sent (``messages``) and as read: what :func:`read_request` may reuse.
+Known = tuple[list[Any], list[Message]]
+
+
+def read_request(protocol: Protocol, body: Any, known: Known | None = None) -> Conversation:
+    """The neutral form of a request body; :class:`WireError` when it is not one of ``protocol``.
+
+    ``known``: a chat completions history read before (the same task's previous call). When the body's
+    messages begin with it, those are not read again: the result is the same as a full reading."""
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
         raise WireError("the request body must be a JSON object with a `model`")
     try:
-        messages = {
-            "anthropic-messages": _anthropic_messages,
-            "openai-chat": _chat_messages,
-            "openai-responses": _responses_messages,
-        }[protocol](body)
+        if protocol == "openai-chat":
+            messages = _chat_messages(body, known)
+        else:
+            messages = {"anthropic-messages": _anthropic_messages, "openai-responses": _responses_messages}[protocol](
+                body
+            )
         tools, descriptions = _tools(protocol, body)
     except (KeyError, TypeError, AttributeError) as exc:
         raise WireError(f"malformed {protocol} request: {type(exc).__name__} {exc}") from None

@@ -176,3 +176,42 @@ def test_the_gateways_fast_json_reads_every_body_as_the_standard_library_does(va
     # json.dumps compares NaN and the types of numbers (1 == 1.0 == True would hide a float read).
     assert json.dumps(loads(raw), sort_keys=True) == json.dumps(expected, sort_keys=True)
     assert repr(loads(raw)) == repr(expected)
+
+
+_CHAT_MESSAGES = st.lists(
+    st.one_of(
+        st.builds(lambda t, r: {"role": r, "content": t}, st.text(max_size=20), st.sampled_from(["user", "system"])),
+        st.builds(
+            lambda a, i: {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": i, "type": "function", "function": {"name": "bash", "arguments": a}}],
+            },
+            st.sampled_from(['{"command": "ls"}', '{"command": "ls -a"}', "not json", "[1]", ""]),
+            st.sampled_from(["c1", "c2"]),
+        ),
+        st.builds(
+            lambda t, i: {"role": "tool", "tool_call_id": i, "content": t}, st.text(max_size=20), st.text(max_size=3)
+        ),
+    ),
+    max_size=8,
+)
+
+
+@SETTINGS
+@given(first=_CHAT_MESSAGES, more=_CHAT_MESSAGES, cut=st.integers(min_value=0, max_value=8), edit=st.booleans())
+def test_a_chat_history_read_on_from_the_last_call_is_read_as_a_whole(
+    first: list[Any], more: list[Any], cut: int, edit: bool
+) -> None:
+    """The gateway reads only a continued chat history's new messages, reusing the previous call's; the
+    result is the whole reading's whatever the next call sends: the history continued, cut short, or
+    with an earlier message changed (compaction, a retry)."""
+    from anyswe.gateway.wire import read_request
+
+    before = read_request("openai-chat", {"model": "m", "messages": first})
+    history = [*first[:cut], *more]
+    if edit and history:
+        history[0] = {**history[0], "content": "rewritten"}
+    body = {"model": "m", "messages": json.loads(json.dumps(history))}  # a new body, as each call's is
+    again = read_request("openai-chat", body, known=(first, before.messages))
+    assert again.messages == read_request("openai-chat", body).messages
