@@ -102,16 +102,24 @@ async def serve_gateway(upstream: str, delays: list[str], grants: int) -> None:
             await asyncio.Event().wait()
 
 
-async def serve_passthrough(upstream: str) -> None:
+async def serve_passthrough(upstream: str, client: str) -> None:
     """The floor: a bare aiohttp server that posts each body on to the upstream as it came and gives its
-    answer back (no tokens, no conversation, no trajectory), through the same pooled client session."""
-    from anyswe.gateway.openai_chat import _session
+    answer back (no tokens, no conversation, no trajectory), through a pooled client: aiohttp's own
+    (``client`` "aiohttp": a bare aiohttp hop, what any aiohttp proxy costs) or the gateway's
+    (``"anyswe"``: gateway/http1.py, so what the gateway adds beyond it is its own work)."""
+    import aiohttp
+
+    from anyswe.gateway.http1 import client as http1_client
+
+    session = aiohttp.ClientSession(connector=TCPConnector(limit=0), timeout=ClientTimeout(total=600))
+    headers = {"Content-Type": "application/json"}
 
     async def forward(request: web.Request) -> web.Response:
         body = await request.read()
-        async with _session().post(
-            upstream + request.path, data=body, headers={"Content-Type": "application/json"}
-        ) as r:
+        if client == "anyswe":
+            status, answer = await http1_client().post(upstream + request.path, body, headers)
+            return web.Response(body=answer, status=status, content_type="application/json")
+        async with session.post(upstream + request.path, data=body, headers=headers) as r:
             return web.Response(body=await r.read(), status=r.status, content_type="application/json")
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -221,7 +229,10 @@ async def main(args: argparse.Namespace) -> None:
     delays = sorted({str(ms) for ms, _, _ in SCENARIOS} | {"0"})
     upstream, up = _start("--serve-upstream")
     gateway, gw = _start("--serve-gateway", up["url"], ",".join(delays), "128")
-    floor, bare = _start("--serve-passthrough", up["url"])
+    floors = {
+        "bare aiohttp pass-through": _start("--serve-passthrough", up["url"], "aiohttp"),
+        "pass-through, the gateway's client": _start("--serve-passthrough", up["url"], "anyswe"),
+    }
     try:
         async with ClientSession(connector=TCPConnector(limit=0), timeout=ClientTimeout(total=600)) as session:
             through = gw["url"] + "/v1/chat/completions"
@@ -238,20 +249,25 @@ async def main(args: argparse.Namespace) -> None:
                     d, g = d + more[0], g + more[1]
                 cpu_ms = (cpu_seconds(gateway.pid) - before) * 1000 / len(g)
                 print(_row(ms, streams, d, g, cpu_ms, time.perf_counter() - t0), flush=True)
-                # The same load through the bare pass-through: what any Python proxy adds here.
-                bare_url, no_tokens = bare["url"] + f"/d/{ms}/v1/chat/completions", ["-"] * (rounds * streams)
-                d, b = [], []
-                before, t0 = cpu_seconds(floor.pid), time.perf_counter()
-                for r in range(rounds):
-                    more = await run_streams(
-                        session, direct_url, bare_url, no_tokens[r * streams :], streams, args.calls, tool_s=ms / 1000
-                    )
-                    d, b = d + more[0], b + more[1]
-                cpu_ms = (cpu_seconds(floor.pid) - before) * 1000 / len(b)
-                print(
-                    "  bare aiohttp pass-through: " + _row(ms, streams, d, b, cpu_ms, time.perf_counter() - t0),
-                    flush=True,
-                )
+                # The same load through the bare pass-throughs: what any aiohttp proxy adds here, and
+                # what one with the gateway's own client does.
+                for name, (floor, bare) in floors.items():
+                    bare_url, no_tokens = bare["url"] + f"/d/{ms}/v1/chat/completions", ["-"] * (rounds * streams)
+                    d, b = [], []
+                    before, t0 = cpu_seconds(floor.pid), time.perf_counter()
+                    for r in range(rounds):
+                        more = await run_streams(
+                            session,
+                            direct_url,
+                            bare_url,
+                            no_tokens[r * streams :],
+                            streams,
+                            args.calls,
+                            tool_s=ms / 1000,
+                        )
+                        d, b = d + more[0], b + more[1]
+                    cpu_ms = (cpu_seconds(floor.pid) - before) * 1000 / len(b)
+                    print(f"  {name}: " + _row(ms, streams, d, b, cpu_ms, time.perf_counter() - t0), flush=True)
             before = cpu_seconds(gateway.pid)
             _, g, wall = await run_streams(session, "", through, gw["tokens"]["0"][64:], 64, args.calls, both=False)
             cpu = cpu_seconds(gateway.pid) - before
@@ -261,7 +277,7 @@ async def main(args: argparse.Namespace) -> None:
                 flush=True,
             )
     finally:
-        for proc in (gateway, floor, upstream):
+        for proc in (gateway, *(p for p, _ in floors.values()), upstream):
             proc.terminate()
             proc.wait(timeout=30)
 
@@ -270,13 +286,13 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=40, help="turns per conversation")
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--serve-passthrough", metavar="UPSTREAM", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-passthrough", nargs=2, metavar=("UPSTREAM", "CLIENT"), help=argparse.SUPPRESS)
     parser.add_argument("--serve-gateway", nargs=3, metavar=("UPSTREAM", "DELAYS", "GRANTS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
         asyncio.run(serve_upstream())
     elif args.serve_passthrough:
-        asyncio.run(serve_passthrough(args.serve_passthrough))
+        asyncio.run(serve_passthrough(*args.serve_passthrough))
     elif args.serve_gateway:
         up_url, delay_list, grants = args.serve_gateway
         asyncio.run(serve_gateway(up_url, delay_list.split(","), int(grants)))

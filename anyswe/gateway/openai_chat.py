@@ -1,11 +1,11 @@
-"""An OpenAI chat completions upstream reached directly (aiohttp), without litellm.
+"""An OpenAI chat completions upstream reached directly (gateway/http1.py), without litellm.
 
 The RL path's upstream is an OpenAI-compatible policy server (vLLM, a Gym model server): there the
 gateway must add next to nothing per call, and litellm's per-call work (tens of ms of CPU, measured
 in bench/gateway_latency.py) would dominate. Chat completions is a protocol the gateway already
 speaks both ways, so this upstream builds the request body itself (the conversation as OpenAI
-messages, the spec's params over the agent's), posts it with one pooled connection set per event
-loop, and reads the reply, its usage and (``token_ids``) vLLM's token ids and log-probs. Transient
+messages, the spec's params over the agent's), posts it over keep-alive connections pooled per event
+loop (http1.py), and reads the reply, its usage and (``token_ids``) vLLM's token ids and log-probs. Transient
 failures (connection errors, 429, 5xx) are tried again with backoff, as litellm would; what stays
 failed reaches the agent as an :class:`UpstreamError`. Other protocols keep litellm (upstream.py).
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +22,6 @@ from anyswe.gateway.errors import UpstreamError
 from anyswe.gateway.wire import Conversation, Reply, ToolCall, Usage, tool_args
 
 if TYPE_CHECKING:
-    from aiohttp import ClientSession
-
     from anyswe.model import ModelSpec
 
 _STOP = {"tool_calls": "tool_use", "length": "max_tokens", "function_call": "tool_use"}
@@ -34,28 +31,14 @@ BACKOFF = 0.5
 #: One call may take this long (a long generation of a big model on a loaded server).
 TIMEOUT = 600.0
 
-_JSON = {"Content-Type": "application/json"}
-
-_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ClientSession] = weakref.WeakKeyDictionary()
-
-
-def _session() -> ClientSession:
-    """The event loop's pooled client session (one per loop: aiohttp sessions are bound to theirs)."""
-    from aiohttp import ClientSession, ClientTimeout, TCPConnector
-
-    loop = asyncio.get_running_loop()
-    session = _sessions.get(loop)
-    if session is None or session.closed:
-        session = ClientSession(connector=TCPConnector(limit=0), timeout=ClientTimeout(total=TIMEOUT))
-        _sessions[loop] = session
-    return session
+_JSON = {"Content-Type": "application/json", "User-Agent": "anyswe-gateway"}
 
 
 async def close_sessions() -> None:
-    """Close this loop's session (the gateway's close does, so no connection outlives it)."""
-    session = _sessions.pop(asyncio.get_running_loop(), None)
-    if session is not None:
-        await session.close()
+    """Close this loop's upstream connections (the gateway's close does, so none outlives it)."""
+    from anyswe.gateway.http1 import close_clients
+
+    close_clients()
 
 
 def request_body(spec: ModelSpec, conv: Conversation, messages: list[dict[str, Any]], tools: Any) -> dict[str, Any]:
@@ -142,28 +125,30 @@ async def post(
     """POST ``body``, trying a failure to connect, a 429 or a 5xx again with backoff; the reply
     ``read`` makes of the JSON answer, or an UpstreamError. A call that takes longer than
     :data:`TIMEOUT` is not tried again (another 10 minutes would not help): a 504 at once."""
-    import aiohttp
+    from anyswe.gateway.http1 import ConnectionFailed, client
 
+    data, sent = dumps(body), {**headers, **_JSON}
     last: UpstreamError | None = None
     for attempt in range(ATTEMPTS):
         if attempt:
             await asyncio.sleep(BACKOFF * 2 ** (attempt - 1))
         try:
-            async with _session().post(url, data=dumps(body), headers={**headers, **_JSON}) as resp:
-                raw = await resp.read()
-                if resp.status == 200:
-                    try:
-                        data = loads(raw)
-                    except ValueError:
-                        text = raw[:300].decode("utf-8", "replace")
-                        raise UpstreamError(502, f"upstream {model}: a reply that is not JSON: {text}") from None
-                    return read(data)
-                last = _failure(resp.status, raw.decode("utf-8", "replace"), model)
-                if resp.status != 429 and resp.status < 500:
-                    raise last
+            async with asyncio.timeout(TIMEOUT):
+                status, raw = await client().post(url, data, sent)
         except TimeoutError:
             raise UpstreamError(504, f"upstream {model}: no answer from {url} within {TIMEOUT:g}s") from None
-        except aiohttp.ClientError as exc:
-            last = UpstreamError(502, f"upstream {model}: cannot reach {url}: {type(exc).__name__}: {exc}")
+        except ConnectionFailed as exc:
+            last = UpstreamError(502, f"upstream {model}: cannot reach {url}: {exc}")
+            continue
+        if status == 200:
+            try:
+                data_in = loads(raw)
+            except ValueError:
+                text = raw[:300].decode("utf-8", "replace")
+                raise UpstreamError(502, f"upstream {model}: a reply that is not JSON: {text}") from None
+            return read(data_in)
+        last = _failure(status, raw.decode("utf-8", "replace"), model)
+        if status != 429 and status < 500:
+            raise last
     assert last is not None
     raise last

@@ -1,11 +1,11 @@
-"""An OpenAI Responses upstream reached directly (aiohttp), as openai_chat.py reaches chat completions.
+"""An OpenAI Responses upstream reached directly (gateway/http1.py), as openai_chat.py reaches chat completions.
 
 The other shape a policy server speaks: NeMo Gym's model server answers ``/v1/responses`` with the
 policy's token ids and log-probs on the output items (``prompt_token_ids``, ``generation_token_ids``,
 ``generation_log_probs``: its ``*ForTraining`` items), and vLLM serves the protocol natively. The
 gateway builds the request itself (an agent that speaks Responses has its own input items, tools and
-instructions sent as written; another's conversation is translated), posts it through the same pooled
-session and retries as chat completions, and reads text, reasoning, function calls, usage and tokens
+instructions sent as written; another's conversation is translated), posts it over the same pooled
+connections and retries as chat completions, and reads text, reasoning, function calls, usage and tokens
 back into the neutral reply.
 """
 
