@@ -12,12 +12,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from anyswe.gateway.wire import Usage
 
 if TYPE_CHECKING:
     from anyswe.gateway.server import Upstream
+    from anyswe.gateway.trajectory import Answered, Refused
     from anyswe.gateway.wire import Digest, Message
     from anyswe.model import PriceSpec
 
@@ -111,12 +112,17 @@ class Grant:
     last_conversation: tuple[int, str] | None = None
     #: The model's prices, for each step's cost (None: unpriced).
     prices: PriceSpec | None = None
-    #: A chat completions task's previous call: its messages as sent and their digest, which a call that
-    #: continues that history extends with its new messages only (gateway/trajectory.py's _prior).
-    chat_digest: tuple[list[Any], Digest] | None = None
-    #: The same call's messages as sent and as read: a call that continues them reads its new ones only
-    #: (wire.read_request's ``known``).
-    chat_read: tuple[list[Any], list[Message]] | None = None
+    #: Calls read so far (each call's number, by which a step knows the call it continues).
+    reads: int = 0
+    #: A chat completions task's last call read: its number, its messages as sent and as read. A call
+    #: that continues them reads its new ones only (wire.read_request's ``known``).
+    chat_read: tuple[int, list[Any], list[Message]] | None = None
+    #: The last step written: its call's number and its conversation's digest, which the next step
+    #: extends with its new messages only when its call continues that one (trajectory._prior).
+    last_digest: tuple[int, Digest] | None = None
+    #: Calls answered whose steps are not yet written (the answer goes first), and the open trajectory.
+    unwritten: list[Answered | Refused] = field(default_factory=list)
+    trajectory_file: BinaryIO | None = None
     #: Whether the calls' token ids form one growing prefix chain (each prompt starts with the previous
     #: prompt and its generation): None until a call brings token ids; False once one breaks it
     #: (compaction, a retry, a rewritten history), i.e. the rollout is off-policy.

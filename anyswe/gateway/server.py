@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from anyswe.gateway._json import loads
 from anyswe.gateway.errors import UpstreamError, UpstreamRefused
-from anyswe.gateway.grants import Budget, Grant, Limits, Reservation
+from anyswe.gateway.grants import Budget, Grant, Limits
 from anyswe.gateway.render import render_error, render_json, render_stream
-from anyswe.gateway.trajectory import refused_record, step_record
+from anyswe.gateway.trajectory import Answered, Refused, flush
 from anyswe.gateway.wire import (
     Conversation,
     Reply,
@@ -69,7 +69,7 @@ class Gateway:
     def __init__(self, *, socket_dir: Path | None = None, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
         self._grants: dict[str, Grant] = {}
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
         self._socket_dir = socket_dir
         self.ports: dict[str, int] = {}
         self.socket: Path | None = None
@@ -110,7 +110,11 @@ class Gateway:
         """End a task's access (and remove its socket, if it has one); its usage stays readable."""
         grant = self._grants[token]
         grant.active = False
-        grant.chat_digest = grant.chat_read = None  # the last call's history, kept for the next call: there is none
+        flush(grant)  # every answered call's step is in the file before the task reads it
+        if grant.trajectory_file is not None:
+            grant.trajectory_file.close()
+            grant.trajectory_file = None
+        grant.chat_read = grant.last_digest = None  # the last call's history, kept for the next call: there is none
         for path, (owner, _) in list(self._task_sockets.items()):
             if owner == token:
                 self._close_socket(path)
@@ -141,8 +145,9 @@ class Gateway:
             Path(path).unlink(missing_ok=True)
             Path(path).parent.rmdir()
 
-    def _grant_for(self, request: web.Request) -> Grant | None:
-        token = request.match_info.get("token") or request.headers.get("x-api-key") or ""
+    def _grant_for(self, request: web.BaseRequest, token: str) -> Grant | None:
+        """The grant of the token in the path (``token``), the ``x-api-key`` header or a bearer one."""
+        token = token or request.headers.get("x-api-key") or ""
         auth = request.headers.get("Authorization", "")
         if not token and auth.lower().startswith("bearer "):
             token = auth[7:].strip()
@@ -156,16 +161,33 @@ class Gateway:
 
     # -- serving ----------------------------------------------------------------------------------
 
-    def _app(self) -> web.Application:
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Every request: ``[/t/<token>]/v1/<route>``. aiohttp's low-level server with this dispatch, not
+        its Application and router: the call's path is the gateway's latency, and the router's
+        resolution and request object were a tenth of a pass-through's CPU (bench/gateway_latency.py)."""
+        path, token = request.path, ""
+        if path.startswith("/t/"):
+            token, _, rest = path[3:].partition("/")
+            path = "/" + rest if token else path
+        protocol = _ROUTES.get(path)
+        if protocol is not None and request.method == "POST":
+            return await self._call(request, protocol, token)
+        if path == "/v1/models" and request.method in ("GET", "HEAD"):
+            return self._models(request, token)
+        return self._error(
+            _protocol_for(request.path),
+            404,
+            f"anyswe gateway: no route {request.method} {request.path}",
+            "not_found_error",
+        )
+
+    def _request(self, message: Any, payload: Any, protocol: Any, writer: Any, task: Any) -> web.BaseRequest:
         from aiohttp import web
 
-        app = web.Application(client_max_size=self.limits.request_bytes)
-        for prefix in ("", "/t/{token}"):
-            for path in _ROUTES:
-                app.router.add_post(prefix + path, self._call)
-            app.router.add_get(prefix + "/v1/models", self._models)
-        app.router.add_route("*", "/{tail:.*}", self._not_found)
-        return app
+        loop = asyncio.get_running_loop()
+        return web.BaseRequest(
+            message, payload, protocol, writer, task, loop, client_max_size=self.limits.request_bytes
+        )
 
     async def start(self, hosts: tuple[str, ...] = ("127.0.0.1",), *, port: int = 0) -> None:
         """Listen on ``port`` (0: a free one) on each of ``hosts`` (one port for all) and on a unix socket."""
@@ -178,14 +200,15 @@ class Gateway:
         # upstream call: no model keeps generating for nobody, and its reservation is given back. On
         # close, calls still in flight are cancelled at once (aiohttp's default waits 60 s for them: a
         # run whose last task had a slow call ended a minute late).
-        self._runner = web.AppRunner(
-            self._app(),
+        server = web.Server(
+            self._handle,
+            request_factory=self._request,
+            handler_cancellation=True,
             access_log=None,
             keepalive_timeout=self.limits.header_seconds,
             lingering_time=2.0,
-            handler_cancellation=True,
-            shutdown_timeout=1.0,
         )
+        self._runner = web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()
         for host in hosts:
             site = web.TCPSite(self._runner, host, port)
@@ -201,6 +224,9 @@ class Gateway:
         from anyswe.gateway.openai_chat import close_sessions
 
         await close_sessions()  # the direct upstream's pooled connections
+        for token, grant in self._grants.items():
+            if grant.active:
+                self.revoke(token)
         for path in list(self._task_sockets):
             self._close_socket(path)
         if self._runner is not None:
@@ -234,16 +260,10 @@ class Gateway:
         headers = {"Retry-After": f"{exc.retry_after:g}"} if exc.retry_after is not None else None
         return web.json_response(body, status=exc.status, headers=headers)
 
-    async def _not_found(self, request: web.Request) -> web.Response:
-        protocol = _protocol_for(request.path)
-        return self._error(
-            protocol, 404, f"anyswe gateway: no route {request.method} {request.path}", "not_found_error"
-        )
-
-    async def _models(self, request: web.Request) -> web.Response:
+    def _models(self, request: web.BaseRequest, token: str) -> web.Response:
         from aiohttp import web
 
-        grant = self._grant_for(request)
+        grant = self._grant_for(request, token)
         protocol = _protocol_for(request.path)
         if grant is None:
             return self._error(protocol, 401, "invalid or expired task token", "authentication_error")
@@ -257,27 +277,29 @@ class Gateway:
         }
         return web.json_response({"object": "list", "data": [model], "has_more": False})
 
-    async def _call(self, request: web.Request) -> web.StreamResponse:
-        path = request.path.split("/v1/", 1)[1]
-        protocol = _ROUTES["/v1/" + path]
-        grant = self._grant_for(request)
+    async def _call(self, request: web.BaseRequest, protocol: Wire, token: str) -> web.StreamResponse:
+        grant = self._grant_for(request, token)
         if grant is None:
             return self._error(protocol, 401, "invalid or expired task token", "authentication_error")
         raw = await self._read(request, protocol)
         if not isinstance(raw, bytes):
             return raw
+        prior = grant.chat_read
         try:
             body = loads(raw)
-            conv = read_request(protocol, body, known=grant.chat_read)
+            conv = read_request(protocol, body, known=prior[1:] if prior is not None else None)
         except (WireError, ValueError) as exc:
             return self._error(protocol, 400, str(exc), "invalid_request_error")
+        grant.reads += 1
+        seq = grant.reads
         if protocol == "openai-chat" and isinstance(sent := body.get("messages"), list):
-            grant.chat_read = (sent, conv.messages)  # the next call repeats this history: read once
+            grant.chat_read = (seq, sent, conv.messages)  # the next call repeats this history: read once
         held = grant.admit(body, len(raw))
         if isinstance(held, str):
             if held.startswith("recorded bytes") and not grant.cap_noted:  # once: the cap bounds the file too
                 grant.cap_noted = True
-                self._record(grant, refused_record(grant, held, len(raw)))
+                grant.unwritten.append(Refused(held, len(raw), time.time()))
+                flush(grant)
             # The token stops granting calls: a 401, which no client retries (a 429 or 5xx would be
             # retried and the agent would spin; litellm turns a 403 into a retried APIError).
             return self._error(protocol, 401, f"anyswe budget exhausted: {held}", "authentication_error")
@@ -297,12 +319,21 @@ class Gateway:
                     grant.unavailable = f"{exc.status}: {str(exc)[:300]}"
                 return self._upstream_error(protocol, exc)
             raise
-        self._account(grant, held, protocol, body, conv, reply, time.monotonic() - start)
-        if not conv.stream:
-            return await self._respond_json(protocol, reply, conv)
-        return await self._respond_stream(request, protocol, reply, conv)
+        latency = time.monotonic() - start
+        grant.settle(held, reply.usage)  # usage and budget before the answer: the next call is held to them
+        continues = prior[0] if prior is not None and conv.reused else None
+        grant.unwritten.append(Answered(protocol, body, conv, reply, latency, time.time(), seq, continues))
+        try:
+            if not conv.stream:
+                return await self._respond_json(request, protocol, reply, conv)
+            return await self._respond_stream(request, protocol, reply, conv)
+        finally:
+            # The step is made and written once the agent has its answer (off the call's path), and
+            # whatever becomes of the answer (an agent gone mid-answer cancels this handler). Steps are
+            # written in the order calls were answered; revoke writes any still waiting.
+            flush(grant)
 
-    async def _read(self, request: web.Request, protocol: Wire) -> bytes | web.Response:
+    async def _read(self, request: web.BaseRequest, protocol: Wire) -> bytes | web.Response:
         """The request's body, or the error that refuses it (too large: 413; too slow: 408)."""
         from aiohttp import web
 
@@ -324,15 +355,22 @@ class Gateway:
         response.force_close()
         return response
 
-    async def _respond_json(self, protocol: Wire, reply: Reply, conv: Conversation) -> web.Response:
+    async def _respond_json(
+        self, request: web.BaseRequest, protocol: Wire, reply: Reply, conv: Conversation
+    ) -> web.Response:
+        """The answer, written before the handler returns (so what follows it is off the call's path)."""
         from aiohttp import web
 
         from anyswe.gateway._json import dumps
 
-        return web.Response(body=dumps(render_json(protocol, reply, conv.model)), content_type="application/json")
+        body = dumps(render_json(protocol, reply, conv.model))
+        response = web.Response(body=body, content_type="application/json")
+        await response.prepare(request)
+        await response.write_eof()
+        return response
 
     async def _respond_stream(
-        self, request: web.Request, protocol: Wire, reply: Reply, conv: Conversation
+        self, request: web.BaseRequest, protocol: Wire, reply: Reply, conv: Conversation
     ) -> web.StreamResponse:
         from aiohttp import web
 
@@ -342,30 +380,3 @@ class Gateway:
             await response.write(event)
         await response.write_eof()
         return response
-
-    def _account(
-        self,
-        grant: Grant,
-        held: Reservation,
-        protocol: Wire,
-        body: Any,
-        conv: Conversation,
-        reply: Reply,
-        latency: float,
-    ) -> None:
-        grant.settle(held, reply.usage)
-        if grant.trajectory is not None:
-            self._record(grant, step_record(grant, protocol, body, conv, reply, latency))
-
-    def _record(self, grant: Grant, line: str) -> None:
-        """One line in the task's trajectory (if it has one, in anyswe/gateway/trajectory.py's
-        contract); a failure marks the task, never the call."""
-        if grant.trajectory is None:
-            return
-        try:
-            if grant.steps <= 1:  # the task's first record (a mkdir per call cost as much as the write)
-                grant.trajectory.parent.mkdir(parents=True, exist_ok=True)
-            with open(grant.trajectory, "a") as fh:
-                fh.write(line)
-        except OSError as exc:  # the agent still gets its reply; the task is retried as an infra error
-            grant.unrecorded = grant.unrecorded or f"the gateway could not record a call in {grant.trajectory}: {exc}"

@@ -1,8 +1,9 @@
 """The trajectory contract: one typed, versioned :class:`Step` per model call of a task.
 
-The gateway is the one writer (:func:`step_record`, a line of ``tasks/<key>/trajectory.jsonl`` per
-call) and :func:`read_trajectory` the one reader, for replay, the report and rollouts. A step holds,
-whatever the wire protocol (anthropic-messages, openai-chat, openai-responses), in one neutral form:
+The gateway is the one writer (:func:`record_line`, a line of ``tasks/<key>/trajectory.jsonl`` per
+call, written once the agent has its answer) and :func:`read_trajectory` the one reader, for replay,
+the report and rollouts. A step holds, whatever the wire protocol (anthropic-messages, openai-chat,
+openai-responses), in one neutral form:
 
 - the messages new since the previous call (all of them on the first, or after the agent rewrote
   its history: ``rewritten``), with ``prior_messages`` saying how many came before;
@@ -22,6 +23,7 @@ import contextlib
 import itertools
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +33,7 @@ from anyswe.errors import ResultsError
 
 if TYPE_CHECKING:
     from anyswe.gateway.grants import Grant
-    from anyswe.gateway.wire import Conversation, Digest, Message, Reply
+    from anyswe.gateway.wire import Conversation, Message, Reply
 
 SCHEMA_VERSION = 1
 
@@ -118,25 +120,93 @@ def _messages(messages: list[Message]) -> list[StepMessage]:
 CONVERSATION_FIELDS = frozenset({"messages", "input", "system", "instructions"})
 
 
-def step_record(grant: Grant, protocol: str, body: Any, conv: Conversation, reply: Reply, latency: float) -> str:
-    """The trajectory line of one answered call (the gateway's; it advances ``grant``'s step count).
+@dataclass
+class Answered:
+    """What the gateway keeps of an answered call until its step is written (after the agent has its
+    answer: building and writing the step is off the call's path)."""
 
-    Written as plain JSON in :class:`Step`'s fields (on every call's path, pydantic's validation of a
-    step the gateway itself builds cost more than the rest of the record); the reader validates it."""
-    import time
+    protocol: str
+    body: Any
+    conv: Conversation
+    reply: Reply
+    latency: float
+    time: float
+    #: The call's number among the task's calls read, and the number of the call whose messages it
+    #: repeats (its ``conv.reused`` leading ones), if it continues one.
+    seq: int
+    continues: int | None = None
 
-    from anyswe.gateway._json import dumps_str
 
-    prior, rewritten, digest = _prior(grant, conv)
+@dataclass
+class Refused:
+    """A call the gateway refused (a budget or a cap): never answered."""
+
+    why: Any
+    request_bytes: int
+    time: float
+
+
+def record_line(grant: Grant, call: Answered | Refused) -> bytes:
+    """The trajectory line of one call (the gateway's; it advances ``grant``'s step count and prefix
+    chain). Lines must be made in the order the calls were answered: each continues the last."""
+    if isinstance(call, Refused):
+        step = Step(index=grant.steps, time=call.time, model=grant.model, refused=call.why)
+        grant.steps += 1  # a step of its own: the next answered call's index is not the same
+        return (json.dumps(step.model_dump(mode="json") | {"request_bytes": call.request_bytes}) + "\n").encode()
+    return step_record(grant, call)
+
+
+def flush(grant: Grant) -> None:
+    """Write the grant's answered calls whose steps are not yet written, in the order they were
+    answered, and follow its prefix chain; a failure marks the task (its trajectory is incomplete),
+    never the call. The gateway calls it once an answer is out, and when it revokes the grant."""
+    calls, grant.unwritten = grant.unwritten, []
+    for call in calls:
+        if isinstance(call, Answered):
+            grant.chain(call.reply.tokens)
+    if not calls or grant.trajectory is None:
+        return
+    try:
+        lines = b"".join(record_line(grant, call) for call in calls)
+    except Exception as exc:  # a step this gateway cannot write is a trajectory it does not have
+        grant.unrecorded = grant.unrecorded or f"the gateway could not make a trajectory step: {exc!r}"
+        return
+    try:
+        if grant.trajectory_file is None:
+            # Kept open for the task's calls (an open and a close per call cost as much as the write),
+            # flushed after each, so the file is whole between calls. A call answered after its task
+            # ended (the grant revoked) appends on its own.
+            grant.trajectory.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(grant.trajectory, "ab")  # noqa: SIM115 - closed when revoked
+            if not grant.active:
+                with handle:
+                    handle.write(lines)
+                return
+            grant.trajectory_file = handle
+        grant.trajectory_file.write(lines)
+        grant.trajectory_file.flush()
+    except OSError as exc:  # the agent still has its reply; the task is retried as an infra error
+        grant.unrecorded = grant.unrecorded or f"the gateway could not record a call in {grant.trajectory}: {exc}"
+
+
+def step_record(grant: Grant, call: Answered) -> bytes:
+    """The trajectory line of one answered call.
+
+    Written as plain JSON in :class:`Step`'s fields (pydantic's validation of a step the gateway
+    itself builds cost more than the rest of the record); the reader validates it."""
+    from anyswe.gateway._json import dumps
+
+    conv, reply, body = call.conv, call.reply, call.body
+    prior, rewritten, digest = _prior(grant, call)
     usage = vars(reply.usage)
     prices = grant.prices
     calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls]
     step = {
         "schema_version": SCHEMA_VERSION,
         "index": grant.steps,
-        "time": time.time(),
-        "latency_s": round(latency, 4),
-        "protocol": protocol,
+        "time": call.time,
+        "latency_s": round(call.latency, 4),
+        "protocol": call.protocol,
         "model": grant.model,
         "conversation_hash": digest,
         "prior_messages": prior,
@@ -150,8 +220,7 @@ def step_record(grant: Grant, protocol: str, body: Any, conv: Conversation, repl
     }
     grant.steps += 1
     grant.last_conversation = (len(conv.messages), digest)
-    grant.chain(reply.tokens)
-    return dumps_str(step) + "\n"
+    return dumps(step) + b"\n"
 
 
 def _message(m: Message) -> dict[str, Any]:
@@ -159,20 +228,21 @@ def _message(m: Message) -> dict[str, Any]:
     return {"role": m.role, "text": m.text, "tool_calls": calls, "tool_call_id": m.tool_call_id}
 
 
-def _prior(grant: Grant, conv: Conversation) -> tuple[int, bool, str]:
-    """How many of the conversation's messages the previous call already had, whether the agent
+def _prior(grant: Grant, call: Answered) -> tuple[int, bool, str]:
+    """How many of the conversation's messages the previous step already had, whether the agent
     rewrote them (compaction, a retry with another history: then every message is new), and the
-    conversation's digest. A chat completions history that continues the previous call's (the same
-    messages, compared as sent) hashes only its new messages (one message of the body is one of the
-    conversation there); any other is hashed in one pass, the previous call's prefix on the way."""
+    conversation's digest. A call that continues the previous step's call (its reading reused that
+    call's messages, compared as sent: gateway/wire.py's ``known``) hashes only its new messages;
+    any other is hashed in one pass, the previous step's prefix checked on the way."""
     from anyswe.gateway.wire import Digest
 
-    raw = conv.body.get("messages") if conv.protocol == "openai-chat" and conv.body is not None else None
-    last, kept = grant.last_conversation, grant.chat_digest
+    conv = call.conv
+    last, kept = grant.last_conversation, grant.last_digest
     count = last[0] if last is not None else 0
-    if last is not None and raw is not None and (digest := _continued(kept, raw, count)) is not None:
+    if last is not None and kept is not None and call.continues == kept[0] and conv.reused == count:
+        digest = kept[1].copy()
         digest.add(conv.messages[count:])
-        grant.chat_digest = (raw, digest)
+        grant.last_digest = (call.seq, digest)
         return count, False, digest.hexdigest()
     digest, prefix = Digest(), None
     for n, m in enumerate(conv.messages):
@@ -181,26 +251,10 @@ def _prior(grant: Grant, conv: Conversation) -> tuple[int, bool, str]:
         digest.add([m])
     if count == len(conv.messages):
         prefix = digest.hexdigest()
-    grant.chat_digest = (raw, digest) if raw is not None else None
+    grant.last_digest = (call.seq, digest)
     if last is None:
         return 0, False, digest.hexdigest()
     return (count, False, digest.hexdigest()) if prefix == last[1] else (0, True, digest.hexdigest())
-
-
-def _continued(kept: tuple[list[Any], Digest] | None, raw: list[Any], count: int) -> Digest | None:
-    """The previous call's digest, copied, if ``raw`` begins with that call's ``count`` messages as sent."""
-    if kept is None or len(kept[0]) != count or len(raw) < count or raw[:count] != kept[0]:
-        return None
-    return kept[1].copy()
-
-
-def refused_record(grant: Grant, why: Any, request_bytes: int) -> str:
-    """The trajectory line of a call the gateway refused (a budget or a cap): never answered."""
-    import time
-
-    step = Step(index=grant.steps, time=time.time(), model=grant.model, refused=why)
-    grant.steps += 1  # a step of its own: the next answered call's index is not the same
-    return json.dumps(step.model_dump(mode="json") | {"request_bytes": request_bytes}) + "\n"
 
 
 def _old_row(row: dict[str, Any], index: int) -> Step:

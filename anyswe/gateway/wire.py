@@ -49,6 +49,9 @@ class Conversation:
     #: agent's own messages and tools, untouched (a policy's prompt tokens are then the agent's).
     protocol: Protocol | None = None
     body: dict[str, Any] | None = None
+    #: How many leading messages were taken from a known reading (read_request's ``known``), not read
+    #: again: the body repeats exactly that call's messages as sent, then adds its own.
+    reused: int = 0
 
 
 @dataclass(frozen=True)
@@ -168,13 +171,14 @@ def _anthropic_messages(body: dict[str, Any]) -> list[Message]:
     return out
 
 
-def _chat_messages(body: dict[str, Any], known: Known | None = None) -> list[Message]:
+def _chat_messages(body: dict[str, Any], known: Known | None = None) -> tuple[list[Message], int]:
     raw = body.get("messages") or []
     out: list[Message] = []
     if known is not None and 0 < len(known[0]) <= len(raw) and raw[: len(known[0])] == known[0]:
         # The same messages as sent read to the same Messages (each is read on its own): the known
         # ones are reused, the new ones read. Reading a whole history on every call grew with its square.
         out, raw = list(known[1]), raw[len(known[0]) :]
+    reused = len(out)
     for m in raw:
         role = "system" if m.get("role") == "developer" else m.get("role", "user")
         calls = [
@@ -182,7 +186,7 @@ def _chat_messages(body: dict[str, Any], known: Known | None = None) -> list[Mes
             for c in m.get("tool_calls") or []
         ]
         out.append(Message(role, _text(m.get("content")), calls, m.get("tool_call_id")))
-    return out
+    return out, reused
 
 
 def _responses_messages(body: dict[str, Any]) -> list[Message]:
@@ -235,9 +239,10 @@ def read_request(protocol: Protocol, body: Any, known: Known | None = None) -> C
     messages begin with it, those are not read again: the result is the same as a full reading."""
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
         raise WireError("the request body must be a JSON object with a `model`")
+    reused = 0
     try:
         if protocol == "openai-chat":
-            messages = _chat_messages(body, known)
+            messages, reused = _chat_messages(body, known)
         else:
             messages = {"anthropic-messages": _anthropic_messages, "openai-responses": _responses_messages}[protocol](
                 body
@@ -247,5 +252,5 @@ def read_request(protocol: Protocol, body: Any, known: Known | None = None) -> C
         raise WireError(f"malformed {protocol} request: {type(exc).__name__} {exc}") from None
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     return Conversation(
-        body["model"], messages, tools, bool(body.get("stream")), include_usage, descriptions, protocol, body
+        body["model"], messages, tools, bool(body.get("stream")), include_usage, descriptions, protocol, body, reused
     )
