@@ -258,3 +258,54 @@ def test_claude_codes_own_transcript_adds_its_errors_and_last_results(tmp_path: 
     (task / "agent-claude-code.jsonl").unlink()
     assert read_trajectory(task / "trajectory.jsonl", files)[1].tool_results[0].text == "diff --git"
     assert read_trajectory(task / "trajectory.jsonl")[1].tool_results == []
+
+
+class Long:
+    """An upstream whose reply is larger than loopback's socket buffers: its answer cannot be written
+    at once, so the gateway's handler waits on the agent to read it."""
+
+    def reply(self, conv: Conversation) -> Reply:
+        return Reply(text="x" * (48 * 1024 * 1024), usage=Usage(5, 7))
+
+
+async def _stalled_call(gw: Gateway, token: str) -> tuple[Any, Any]:
+    """A chat call whose agent reads the first bytes of the answer, then nothing (its socket stays open)."""
+    import asyncio
+
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "go"}]}).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.ports["127.0.0.1"])
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (token.encode(), len(body), body)
+    )
+    assert (await reader.read(12)).startswith(b"HTTP/1.1 200")
+    return reader, writer
+
+
+@pytest.mark.anyio
+async def test_a_step_is_written_when_its_agent_stops_reading_or_goes_away(tmp_path: Path) -> None:
+    """Steps are written once the answer is out, off the call's path: revoking the grant writes a step
+    whose answer is still being written (the task reads the file next), and an agent gone mid-answer
+    still has its step."""
+    import asyncio
+
+    async with Gateway() as gw:
+        await gw.start()
+        for case in ("revoked", "gone"):
+            path = tmp_path / f"{case}.jsonl"
+            token = gw.grant(case, "m", Long(), trajectory=path)
+            _, writer = await _stalled_call(gw, token)
+            await asyncio.sleep(0.2)  # the gateway's handler now waits for the agent to read
+            assert not path.exists() or path.read_text() == ""  # not yet written: the answer is not out
+            if case == "revoked":
+                used = gw.revoke(token)
+                assert used.calls == 1 and used.usage.output_tokens == 7  # usage is settled before the answer
+            else:
+                writer.close()
+                for _ in range(200):
+                    if path.exists() and path.read_text():
+                        break
+                    await asyncio.sleep(0.02)
+            (step,) = read_trajectory(path)
+            assert step.reply is not None and len(step.reply.text) == 48 * 1024 * 1024 and step.usage.output_tokens == 7
+            writer.close()
