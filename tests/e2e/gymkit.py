@@ -32,7 +32,7 @@ def _uv() -> str:
 def gym_python() -> Path:
     """A Python with nemo-gym 0.7.0 and what its anyswe_agent app imports (tests/nemo_gym/requirements.txt),
     made once per lock in anyswe's cache."""
-    lock = (GYM / "requirements.txt").read_bytes()
+    lock = (GYM / "requirements.txt").read_bytes() + (GYM / "nemo-gym.txt").read_bytes()
     env = cache_dir() / f"nemo-gym-0.7.0-{hashlib.sha256(lock).hexdigest()[:12]}"
     python = env / "bin" / "python"
     done = env / ".complete"
@@ -42,8 +42,31 @@ def gym_python() -> Path:
         for argv in (
             [uv, "venv", "-q", "--python", sys.executable, str(env)],
             # Its Requires-Python (>=3.13.14) is stated for uv's resolution only: no such Python exists here.
-            [uv, "pip", "install", "-q", "--python", str(python), "--python-version", "3.13.14", "--no-deps", NEMO_GYM],
-            [uv, "pip", "install", "-q", "--python", str(python), "-r", str(GYM / "requirements.txt")],
+            [
+                uv,
+                "pip",
+                "install",
+                "-q",
+                "--python",
+                str(python),
+                "--python-version",
+                "3.13.14",
+                "--no-deps",
+                "--require-hashes",
+                "-r",
+                str(GYM / "nemo-gym.txt"),
+            ],
+            [
+                uv,
+                "pip",
+                "install",
+                "-q",
+                "--python",
+                str(python),
+                "--require-hashes",
+                "-r",
+                str(GYM / "requirements.txt"),
+            ],
         ):
             r = subprocess.run(argv, capture_output=True, text=True, timeout=900)
             assert r.returncode == 0, f"{argv}: {r.stderr[-3000:]}"
