@@ -32,6 +32,9 @@ MAX_PASSES = 200
 #: A sandbox whose processes fill this share of its pids limit is full: a fork bomb's count moves
 #: just under the limit as its processes exit and fork.
 FULL_SHARE = 0.95
+#: Seconds a sandbox's pids cgroup is watched for refused forks before it is called not full: a fork
+#: bomb on apptainer fell to 60% of its limit for half a second, refusing nothing, before it grew back.
+WINDOW = 1.0
 
 
 def pid_namespace(pid: int | str) -> str | None:
@@ -139,17 +142,39 @@ def _cgroup(pid: int, controller: str) -> Path | None:
     return None if unified is None else root / unified.lstrip("/")
 
 
-def at_pids_limit(init: int) -> bool:
-    """Whether the processes of ``init``'s sandbox fill its pids limit (its cgroup's)."""
+def at_pids_limit(init: int, window: float = WINDOW) -> bool:
+    """Whether the processes of ``init``'s sandbox fill its pids limit (its cgroup's): their count at
+    :data:`FULL_SHARE` of it, or forks refused by it while it is watched for ``window`` seconds. A
+    fork bomb's count swings below the limit as its processes fail to fork and exit (a CI run saw it
+    under the share at the one moment it was read, and the bomb's failure would have been infra);
+    forks being refused while it is watched say the limit is full whatever the count is at any one
+    moment. Only a command that failed asks, so the window costs nothing on the way that works."""
     cgroup = _cgroup(init, "pids")
     if cgroup is None:
         return False
     try:
         limit = (cgroup / "pids.max").read_text().strip()
-        current = int((cgroup / "pids.current").read_text())
-        return limit != "max" and current >= FULL_SHARE * int(limit)
+        if limit == "max":
+            return False
+        refused = _refused(cgroup)
+        deadline = time.monotonic() + window
+        while True:
+            if int((cgroup / "pids.current").read_text()) >= FULL_SHARE * int(limit) or _refused(cgroup) > refused:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
     except (OSError, ValueError):
         return False
+
+
+def _refused(cgroup: Path) -> int:
+    """The forks the cgroup's pids limit has refused so far (pids.events' ``max``)."""
+    for line in (cgroup / "pids.events").read_text().splitlines():
+        key, _, value = line.partition(" ")
+        if key == "max":
+            return int(value)
+    return 0
 
 
 async def runtime_failure(sandbox: Sandbox[Any], result: _proc.ProcResult) -> AnysweError:
