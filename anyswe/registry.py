@@ -53,7 +53,10 @@ class Registry(Generic[T]):
             target = name
         cls = _import(target, self.kind, self.error) if isinstance(target, str) else target
         if not (isinstance(cls, type) and issubclass(cls, self.base)):
-            raise self.error(f"{self.kind} {name!r} is {cls!r}, not a subclass of {self.base.__name__}")
+            # What was found is named by its type, never shown: a path like `os:environ` must not
+            # put the object's value (a whole environment) into an error a user or client reads.
+            found_what = f"class {cls.__qualname__}" if isinstance(cls, type) else f"a {type(cls).__name__}"
+            raise self.error(f"{self.kind} {name!r} is {found_what}, not a subclass of {self.base.__name__}")
         found: type[T] = cls
         return found
 
