@@ -305,11 +305,11 @@ def _typed(block: Any) -> bool:
     return isinstance(block, dict) and isinstance(block.get("type"), str)
 
 
-def _agent_config_class(type_: str) -> type[BaseModel]:
+def agent_config_class(type_: str) -> type[BaseModel]:
     return agent_class(type_).config_class
 
 
-def _provider_config_class(type_: str) -> type[BaseModel]:
+def provider_config_class(type_: str) -> type[BaseModel]:
     return provider_class(type_).config_class
 
 
@@ -356,8 +356,8 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         keys, value = _parse_override(text)
         _apply_override(data, keys, value, text)
         applied[tuple(keys)] = text
-    agents, errors = _validate_blocks(data, "agents", _agent_config_class, str(p), applied)
-    providers, provider_errors = _validate_blocks(data, "providers", _provider_config_class, str(p), applied)
+    agents, errors = _validate_blocks(data, "agents", agent_config_class, str(p), applied)
+    providers, provider_errors = _validate_blocks(data, "providers", provider_config_class, str(p), applied)
     errors += provider_errors
     matrix_errors = _check_matrix_names(data, str(p))
     errors += matrix_errors

@@ -137,6 +137,24 @@ def _model(value: ModelSpec | Mapping[str, Any] | None) -> ModelSpec | None:
         raise SpecError(f"rollout: model.{first_problem(exc)}") from None
 
 
+def check_blocks(
+    *,
+    agent: Mapping[str, Any] | None = None,
+    provider: Mapping[str, Any] | str | None = None,
+    model: Mapping[str, Any] | None = None,
+) -> None:
+    """Validate blocks as :meth:`Rollouts.unit` will (a SpecError naming the field), before any runs:
+    a server checks the blocks it declares when it starts."""
+    from anyswe.spec import agent_config_class, provider_config_class
+
+    if agent is not None:
+        _block(agent, agent_config_class, "agent")
+    if provider is not None:
+        _block({"type": provider} if isinstance(provider, str) else provider, provider_config_class, "provider")
+    if model is not None:
+        _model(model)
+
+
 class Rollouts:
     """A session of rollouts: one worker, one model gateway and one sweep for all of them.
 
@@ -254,13 +272,13 @@ class Rollouts:
         from anyswe.execute.grade import _dataset_and_instance
         from anyswe.execute.unit import make_unit
         from anyswe.plan import make_plan, task_key
-        from anyswe.spec import Spec, _agent_config_class, _provider_config_class
+        from anyswe.spec import Spec, agent_config_class, provider_config_class
 
         ds, row = _dataset_and_instance(instance, dataset, "rollout")
         if isinstance(provider, str):
             provider = {"type": provider}
-        agent_cfg = _block(agent, _agent_config_class, "agent")
-        provider_cfg = _block(provider, _provider_config_class, "provider")
+        agent_cfg = _block(agent, agent_config_class, "agent")
+        provider_cfg = _block(provider, provider_config_class, "provider")
         model_spec = _model(model)
         fields: dict[str, Any] = {
             "name": "rollout",
