@@ -25,11 +25,25 @@ def config_of(path: Path | None, overrides: list[str]) -> ServeConfig:
     for text in overrides:
         keys, value = _parse_override(text)
         _apply_override(data, keys, value, text)
+    where = f"{path}: " if path is not None else ""
     try:
-        return ServeConfig.model_validate(data)
+        config = ServeConfig.model_validate(data)
     except ValidationError as exc:
-        where = f"{path}: " if path is not None else ""
         raise SpecError(f"{where}{first_problem(exc)}") from None
+    # Every block a request may name is checked now, by its own class: a bad one is the config's
+    # error at start-up, not a 400 for whichever request first names it.
+    from anyswe.execute.rollout import check_blocks
+
+    for kind, field in (("agent", "agents"), ("provider", "providers"), ("model", "models")):
+        for name, block in config.choices(kind).items():
+            try:
+                block_of: dict[str, Any] = {kind: block}
+                check_blocks(**block_of)
+            except SpecError as exc:
+                place = kind if name == "default" else f"{field}.{name}"
+                raise SpecError(f"{where}{place}: {str(exc).removeprefix('rollout: ')}") from None
+    config.allowed_datasets()  # an unknown dataset name: a DatasetError naming it
+    return config
 
 
 def register(app: typer.Typer) -> None:
@@ -44,12 +58,20 @@ def register(app: typer.Typer) -> None:
         ] = None,
         host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="Port to listen on (0: a free one, printed).")] = 8000,
+        token_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--token-file",
+                help="A file holding the bearer token /run requires; without it the server makes one "
+                "and prints the file it wrote it to.",
+            ),
+        ] = None,
     ) -> None:
         """Serve rollouts over HTTP: NeMo Gym's anyswe_agent /run contract, plus GET /health."""
         from anyswe.cli import _fail
 
         try:
-            serve(config_of(config, set_ or []), host, port)
+            serve(config_of(config, set_ or []), host, port, token_file)
         except AnysweError as exc:
             _fail(exc)
 

@@ -1,15 +1,25 @@
 """The parts of ``anyswe serve``'s Gym contract that need no sandbox: the policy model's routing
-(nemo-gym's apply_rollout_prefix: the model server's root, ``/ng-rollout/<id>``, then ``/v1``) and
-the trajectory as Responses output items, token ids on each call's last item."""
+(nemo-gym's apply_rollout_prefix: the model server's root, ``/ng-rollout/<id>``, then ``/v1``),
+the trajectory as Responses output items, token ids on each call's last item, and the trust boundary
+of issue 31: a request names only what the server's config declares, over real HTTP with a token."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from anyswe.errors import SpecError
 from anyswe.gateway.trajectory import Step, StepMessage, StepReply, StepTokens, StepToolCall
 from anyswe.gym import output_items
-from anyswe.serve import ServeConfig, Server
+from anyswe.serve import RequestError, ServeConfig, Server
+
+#: A value planted in the server's environment: no answer may ever hold it.
+PLANTED = "planted-secret-value-31"
 
 
 def test_the_policy_model_is_routed_as_gym_routes_it() -> None:
@@ -32,16 +42,29 @@ def test_the_policy_model_is_routed_as_gym_routes_it() -> None:
     # Without a rollout id, the root as it is.
     del body["_ng_rollout_id"]
     assert server.blocks(body)[1]["model"]["base_url"] == "http://10.0.0.5:8000/v1"
+    # A root configured with its /v1 (as OpenAI clients are) gets no second one: it came out /v1/v1.
+    with_v1 = Server(ServeConfig(model={"api": "openai-chat", "base_url": "http://10.0.0.5:8000/v1"}))
+    assert with_v1.blocks({**body, "_ng_rollout_id": "r-8"})[1]["model"]["base_url"] == (
+        "http://10.0.0.5:8000/ng-rollout/r-8/v1"
+    )
+    with pytest.raises(RequestError, match="_ng_rollout_id"):
+        server.blocks({**body, "_ng_rollout_id": "../../admin"})
+    with pytest.raises(RequestError, match="temperature must be a number"):
+        server.blocks({"responses_create_params": {**params, "temperature": "hot", "metadata": {"instance_id": "a"}}})
 
 
-def test_a_row_in_the_metadata_is_the_instance() -> None:
-    server = Server(ServeConfig())
+def test_a_row_in_the_metadata_is_the_instance_of_a_declared_dataset() -> None:
+    server = Server(ServeConfig(dataset="demo", datasets=["demo-swebench"]))
     row = {"instance_id": "x__y-1", "repo": "x/y", "base_commit": "abc"}
-    body = {
-        "responses_create_params": {"metadata": {"instance_id": "x__y-1", "instance_dict": row, "dataset_name": "d"}}
-    }
-    instance, blocks = server.blocks(body)
-    assert instance == row and blocks["dataset"] == "d"
+    meta: dict[str, Any] = {"instance_id": "x__y-1", "instance_dict": row, "dataset_name": "demo-swebench"}
+    instance, blocks = server.blocks({"responses_create_params": {"metadata": meta}})
+    assert instance == row and blocks["dataset"] == "demo-swebench"
+    del meta["dataset_name"]  # the server's own dataset
+    assert server.blocks({"responses_create_params": {"metadata": meta}})[1]["dataset"] == "demo"
+    # Any other dataset, registered or not, is not this server's: its harness and images are not served.
+    for other in ("swe-bench-verified", "d"):
+        with pytest.raises(RequestError, match=f"metadata.dataset_name: '{other}' is not a dataset this server"):
+            server.blocks({"responses_create_params": {"metadata": {**meta, "dataset_name": other}}})
 
 
 @pytest.mark.parametrize(
@@ -53,8 +76,98 @@ def test_a_row_in_the_metadata_is_the_instance() -> None:
     ],
 )
 def test_malformed_requests_name_what_is_wrong(body: dict[str, object], words: str) -> None:
-    with pytest.raises(SpecError, match=words):
+    with pytest.raises(RequestError, match=words):
         Server(ServeConfig()).blocks(body)
+
+
+DECLARED = ServeConfig(
+    agent={"type": "mini-swe-agent", "step_limit": 5},
+    agents={"gold": {"type": "gold"}},
+    model={"api": "scripted", "protocol": "openai-chat"},
+    models={"claude": {"api": "scripted", "protocol": "anthropic-messages"}},
+    provider="docker",
+    providers={"small": {"type": "apptainer", "overlay_size_mb": 512}},
+    dataset="demo",
+)
+META = {"instance_id": "demo__calc-1"}
+
+
+def test_a_request_names_a_declared_block_and_gets_the_configs_own() -> None:
+    server = Server(DECLARED)
+    body = {"responses_create_params": {"metadata": META}, "anyswe": {"model": "claude", "provider": "small"}}
+    blocks = server.blocks(body)[1]
+    assert blocks["model"] == {"api": "scripted", "protocol": "anthropic-messages"}
+    assert blocks["provider"] == {"type": "apptainer", "overlay_size_mb": 512}
+    assert blocks["agent"] == {"type": "mini-swe-agent", "step_limit": 5}
+    assert server.blocks({**body, "anyswe": {"agent": "default", "model": None}})[1]["model"]["protocol"] == (
+        "openai-chat"
+    )
+
+
+@pytest.mark.parametrize(
+    ("own", "field"),
+    [
+        ({"agent": {"type": "os:environ"}}, "anyswe.agent: name one of the server's agents"),
+        ({"agent": "os:environ"}, "anyswe.agent: 'os:environ' is not one of the server's agents: default, gold"),
+        ({"provider": {"type": "docker", "network": "host", "memory": None}}, "anyswe.provider: name one"),
+        ({"model": {"api": "openai-chat", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "X"}}, "anyswe.model"),
+        ({"model": "scripted"}, "anyswe.model: 'scripted' is not one of the server's models: default, claude"),
+        # An agent with no model: its request's model is still checked, never silently ignored.
+        ({"agent": "gold", "model": {"api_key_env": "PLANTED_KEY"}}, "anyswe.model: name one"),
+        ({"timeouts": {"agent": 999999}}, "anyswe.timeouts: a request may name only"),
+        ({"image": "alpine"}, "anyswe.image: a request may name only"),
+        ({"concurrency": 1000}, "anyswe.concurrency"),
+        ({"dataset": "swe-bench-verified"}, "anyswe.dataset: 'swe-bench-verified' is not a dataset this server"),
+    ],
+)  # fmt: skip
+def test_a_request_can_give_no_type_url_key_network_limit_image_or_timeout(
+    own: dict[str, Any], field: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each of issue 31's hostile `anyswe` objects is refused naming its field, before anything is
+    imported or resolved, and no error holds what the request did not send (the planted variable)."""
+    monkeypatch.setenv("PLANTED_KEY", PLANTED)
+    with pytest.raises(RequestError) as caught:
+        Server(DECLARED).blocks({"responses_create_params": {"metadata": META}, "anyswe": own})
+    assert str(caught.value).startswith(field), caught.value
+    assert PLANTED not in str(caught.value)
+
+
+def test_the_registry_names_what_was_asked_for_never_what_it_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec's dotted path to something that is not an agent class: the error says what kind of
+    thing it found, never its value (it printed `os.environ` whole, a planted key included)."""
+    from anyswe.agents import agent_class
+    from anyswe.errors import SpecError
+
+    monkeypatch.setenv("PLANTED_KEY", PLANTED)
+    with pytest.raises(SpecError) as caught:
+        agent_class("os:environ")
+    assert "'os:environ' is a _Environ, not a subclass of Agent" in str(caught.value)
+    assert PLANTED not in str(caught.value)
+    with pytest.raises(SpecError, match="is class OrderedDict, not a subclass"):
+        agent_class("collections:OrderedDict")
+
+
+def test_a_config_may_not_name_a_block_default() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="'default' names the singular block"):
+        ServeConfig(agents={"default": {"type": "gold"}})
+
+
+def test_a_bad_declared_block_fails_the_server_at_start_naming_it(tmp_path: Path) -> None:
+    from anyswe.errors import SpecError
+    from anyswe.serve_cli import config_of
+
+    config = tmp_path / "serve.yaml"
+    config.write_text("agents:\n  fast: {type: mini-swe-agent, step_limt: 3}\n")
+    with pytest.raises(SpecError, match=r"serve.yaml: agents.fast: .*step_limt"):
+        config_of(config, [])
+    config.write_text("providers:\n  x: {type: docker, memroy: 2g}\n")
+    with pytest.raises(SpecError, match=r"serve.yaml: providers.x: .*memroy"):
+        config_of(config, [])
+    config.write_text("dataset: no-such-dataset\n")
+    with pytest.raises(Exception, match="no-such-dataset"):
+        config_of(config, [])
 
 
 def test_output_items_in_order_with_token_ids_on_each_calls_last_item() -> None:
@@ -106,10 +219,12 @@ def test_failures_are_named_in_gyms_shared_vocabulary(facts: dict[str, object], 
 
 
 def test_a_model_free_agent_asked_for_gets_no_model() -> None:
-    server = Server(ServeConfig(model={"api": "scripted", "protocol": "openai-chat"}))
+    server = Server(
+        ServeConfig(model={"api": "scripted", "protocol": "openai-chat"}, agents={"gold": {"type": "gold"}})
+    )
     body = {
         "responses_create_params": {"metadata": {"instance_id": "demo__calc-1"}},
-        "anyswe": {"agent": {"type": "gold"}},
+        "anyswe": {"agent": "gold"},
     }
     assert server.blocks(body)[1]["model"] is None
     del body["anyswe"]
@@ -128,7 +243,7 @@ def test_the_server_gives_its_stop_signals_back_to_the_loop_it_ran_in() -> None:
 
     async def main() -> None:
         ready = asyncio.Event()
-        served = asyncio.ensure_future(Server(ServeConfig()).serve("127.0.0.1", 0, ready))
+        served = asyncio.ensure_future(Server(ServeConfig(), token="t" * 32).serve("127.0.0.1", 0, ready))
         await asyncio.wait_for(ready.wait(), 30)
         assert signal.getsignal(signal.SIGTERM) != before[signal.SIGTERM]  # the server's, while it serves
         os.kill(os.getpid(), signal.SIGTERM)  # stops it, as a scheduler would
@@ -140,3 +255,124 @@ def test_the_server_gives_its_stop_signals_back_to_the_loop_it_ran_in() -> None:
         assert {s: signal.getsignal(s) for s in before} == before  # the loop still open
     finally:
         loop.close()
+
+
+# -- over HTTP: the real server (aiohttp) on a loopback port, a real client -------------------------
+
+
+async def _serving(config: ServeConfig, token: str | None, check: Callable[[Server, str], Awaitable[None]]) -> None:
+    """Run ``check(server, url)`` against a real server on a free loopback port, then stop it."""
+    server = Server(config, token)
+    ready = asyncio.Event()
+    served = asyncio.ensure_future(server.serve("127.0.0.1", 0, ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 60)
+        await check(server, f"http://127.0.0.1:{server.port}")
+    finally:
+        served.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await served
+
+
+async def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.post(url + "/run", data=body, headers=headers) as resp:
+        return resp.status, await resp.text()
+
+
+def test_run_needs_the_token_and_refuses_what_a_request_may_not_give(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No token or a wrong one: 401, before the body is read. With it: a block, a deep body and a
+    malformed one are 400s as JSON that name the field; the planted value is in no answer; nothing ran."""
+    import json
+
+    monkeypatch.setenv("PLANTED_KEY", PLANTED)
+    token = "a-token-of-the-tests-own-" + "x" * 16
+    good = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    row = {"responses_create_params": {"metadata": META}}
+
+    async def check(server: Server, url: str) -> None:
+        answers = {}
+        for name, body, headers in [
+            ("no token", row, {}),
+            ("wrong token", row, {"Authorization": "Bearer " + "y" * 41}),
+            ("basic", row, {"Authorization": f"Basic {token}"}),
+            ("environ", {**row, "anyswe": {"agent": {"type": "os:environ"}}}, good),
+            ("key", {**row, "anyswe": {"model": {"base_url": "http://127.0.0.1:9", "api_key_env": "PLANTED_KEY"}}},
+             good),
+            ("host net", {**row, "anyswe": {"provider": {"type": "docker", "network": "host"}}}, good),
+        ]:  # fmt: skip
+            answers[name] = await _post(url, json.dumps(body).encode(), headers)
+        deep = b"[" * 100_000 + b"]" * 100_000
+        answers["deep"] = await _post(url, deep, good)
+        answers["nested in range but deep"] = await _post(url, b'{"a":' * 65 + b"1" + b"}" * 65, good)
+        answers["not json"] = await _post(url, b"{nope", good)
+        for name in ("no token", "wrong token", "basic"):
+            assert answers[name][0] == 401, answers[name]
+        for name in ("environ", "key", "host net", "deep", "nested in range but deep", "not json"):
+            status, text = answers[name]
+            assert status == 400 and json.loads(text)["error"].startswith("RequestError: "), (name, text)
+        assert "anyswe.agent" in answers["environ"][1] and "anyswe.model" in answers["key"][1]
+        assert "anyswe.provider" in answers["host net"][1]
+        for name in ("deep", "nested in range but deep"):
+            assert "nests deeper than 64" in answers[name][1], answers[name]
+        assert not any(PLANTED in text for _, text in answers.values())
+        assert server.served == 0 and server.running == 0
+
+    asyncio.run(_serving(ServeConfig(dataset="demo"), token, check))
+
+
+def test_a_connection_that_never_finishes_its_headers_is_closed() -> None:
+    """200 slow-header connections sat open for 90 s and more: the header clock closes them."""
+
+    async def check(server: Server, url: str) -> None:
+        def slow() -> float:
+            start = time.monotonic()
+            with socket.create_connection(("127.0.0.1", server.port), timeout=30) as conn:
+                conn.sendall(b"POST /run HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+                assert conn.recv(1024) == b""  # the server closed it
+            return time.monotonic() - start
+
+        def slow_body() -> bytes:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=30) as conn:
+                head = f"POST /run HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {'t' * 32}\r\n"
+                conn.sendall(head.encode() + b"Content-Length: 100\r\n\r\n{")  # and never the other 99
+                return conn.recv(4096)
+
+        took = await asyncio.to_thread(slow)
+        assert took < 25, took  # well before the socket's own 30 s: the server's 1 s clock closed it
+        answer = await asyncio.to_thread(slow_body)
+        assert answer.startswith(b"HTTP/1.1 400") and b"did not arrive within 1 s" in answer, answer
+
+    asyncio.run(_serving(ServeConfig(header_timeout=1.0, body_timeout=1.0), "t" * 32, check))
+
+
+def test_a_server_given_no_token_makes_one_beside_its_run_and_says_where_never_what(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def check(server: Server, url: str) -> None:
+        (path,) = tmp_path.glob("serve-*.token")
+        assert path.stat().st_mode & 0o777 == 0o600
+        token = path.read_text().strip()
+        assert len(token) >= 32 and token == server.token
+        out = capsys.readouterr().out
+        assert str(path) in out and token not in out
+        status, _ = await _post(url, b"{}", {"Authorization": f"Bearer {token}"})
+        assert status == 400  # let in (and the empty request refused as the request's own fault)
+
+    asyncio.run(_serving(ServeConfig(run_dir=tmp_path), None, check))
+    assert list(tmp_path.glob("serve-*.token")) == []  # gone with the server
+
+
+def test_a_token_file_must_hold_a_real_token(tmp_path: Path) -> None:
+    from anyswe.errors import SpecError
+    from anyswe.serve import read_token
+
+    path = tmp_path / "token"
+    path.write_text("short\n")
+    with pytest.raises(SpecError, match=f"--token-file {path}: a token of at least 16"):
+        read_token(path)
+    with pytest.raises(SpecError, match=r"--token-file .*missing"):
+        read_token(tmp_path / "missing")
+    path.write_text("z" * 40 + "\n")
+    assert read_token(path) == "z" * 40
