@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+#: The bearer token the bench's servers require (written to a 0600 file beside their config).
+TOKEN = secrets.token_urlsafe(32)
 
 
 def status_mb(pid: int, field: str) -> float:
@@ -46,8 +49,11 @@ def start(work: Path, provider: str, concurrency: int, seconds: float) -> tuple[
             }
         )
     )
+    token = work / "serve.token"
+    token.write_text(TOKEN)
+    token.chmod(0o600)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "anyswe", "serve", "--config", str(config), "--port", "0"],
+        [sys.executable, "-m", "anyswe", "serve", "--config", str(config), "--port", "0", "--token-file", str(token)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -78,7 +84,8 @@ async def load(url: str, rollouts: int, concurrency: int) -> tuple[float, int]:
             errors += resp.status != 200 or answer.get("error_kind") is not None
 
     t = time.perf_counter()
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None), headers=auth) as session:
         await asyncio.gather(*(one(session, i) for i in range(rollouts)))
     return time.perf_counter() - t, errors
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -128,5 +129,15 @@ def started(argv: list[str], env: dict[str, str] | None = None) -> tuple[subproc
     return proc, line.split()[-1]
 
 
+#: The bearer token of every server the tests start (``/run`` refuses a request without it).
+TOKEN = secrets.token_urlsafe(32)
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
 def serve_argv(config: Path) -> list[str]:
-    return [sys.executable, "-m", "anyswe", "serve", "--config", str(config), "--port", "0"]
+    """``anyswe serve`` with ``config``, on a free port, its token in a 0600 file beside the config."""
+    token = config.with_name(config.stem + ".token")
+    if not token.exists():
+        token.write_text(TOKEN + "\n")
+        token.chmod(0o600)
+    return [sys.executable, "-m", "anyswe", "serve", "--config", str(config), "--port", "0", "--token-file", str(token)]

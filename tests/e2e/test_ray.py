@@ -342,14 +342,16 @@ class TestOnATokenCluster:
         import asyncio
 
         import aiohttp
-        from gymkit import gym_rows, serve_argv, started, validate
+        from gymkit import AUTH, gym_rows, serve_argv, started, validate
 
         config = tmp_path / "serve.yaml"
         config.write_text(
             json.dumps(
                 {
                     "agent": {"type": "mini-swe-agent", "step_limit": 20},
+                    "agents": {"gold": {"type": "gold"}},
                     "model": {"api": "scripted", "protocol": "openai-chat"},
+                    "providers": {"apptainer": "apptainer"},
                     "dataset": "demo-swebench",
                     "executor": "ray",
                     "address": token_cluster,
@@ -361,14 +363,14 @@ class TestOnATokenCluster:
         rows = gym_rows(gym_python, ["demo__calc-1", "demo__inventory-4"])
         bodies = [
             {**rows[0], "anyswe": {"provider": "apptainer"}},
-            {**rows[1], "anyswe": {"agent": {"type": "gold"}, "model": None}},
+            {**rows[1], "anyswe": {"agent": "gold"}},
         ]
 
         async def post() -> list[dict[str, Any]]:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=900)) as session:
 
                 async def one(body: dict[str, Any]) -> dict[str, Any]:
-                    async with session.post(url + "/run", json=body) as resp:
+                    async with session.post(url + "/run", json=body, headers=AUTH) as resp:
                         assert resp.status == 200, await resp.text()
                         return dict(await resp.json())
 

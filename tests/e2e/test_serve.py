@@ -20,24 +20,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gymkit import gym_python, gym_rows, serve_argv, started, validate
+from gymkit import AUTH, gym_python, gym_rows, serve_argv, started, validate
 
 __all__ = ["gym_python"]  # the fixture, used by name
 
 pytestmark = [pytest.mark.containers, pytest.mark.usefixtures("runtimes")]
 
+# A request names what this declares (its `anyswe` object holds names only, issue 31).
 CONFIG = """\
 agent: {type: mini-swe-agent, step_limit: 20}
+agents: {claude: {type: claude-code, max_turns: 10}}
 model: {api: scripted, protocol: openai-chat}
+models:
+  anthropic: {api: scripted, protocol: anthropic-messages}
+  slow: {api: scripted, protocol: openai-chat, misbehave: slow, delay: 30}
 provider: docker
+providers:
+  apptainer: apptainer
+  apptainer-small: {type: apptainer, overlay_size_mb: 512}
+  missing-image: {type: docker, image: "anyswe-test/no-such-image:none"}
 dataset: demo-swebench
 timeouts: {agent: 600, grading: 300}
 concurrency: 4
 """
-CLAUDE = {
-    "agent": {"type": "claude-code", "max_turns": 10},
-    "model": {"api": "scripted", "protocol": "anthropic-messages"},
-}
+CLAUDE = {"agent": "claude", "model": "anthropic"}
 
 
 class Served:
@@ -70,7 +76,7 @@ async def post(url: str, bodies: list[dict[str, Any]]) -> list[tuple[int, dict[s
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=900)) as session:
 
         async def one(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-            async with session.post(url + "/run", json=body) as resp:
+            async with session.post(url + "/run", json=body, headers=AUTH) as resp:
                 return resp.status, await resp.json()
 
         return await asyncio.gather(*(one(b) for b in bodies))
@@ -89,8 +95,8 @@ def test_gym_rows_for_two_agents_on_both_runtimes(server: Served, gym_python: Pa
     bodies = [
         rows[0],  # the server's own: mini-swe-agent on docker
         {**rows[1], "anyswe": {"provider": "apptainer"}},
-        {**rows[0], "anyswe": {**CLAUDE, "provider": "docker"}},
-        {**rows[1], "anyswe": {**CLAUDE, "provider": {"type": "apptainer", "overlay_size_mb": 512}}},
+        {**rows[0], "anyswe": {**CLAUDE, "provider": "default"}},
+        {**rows[1], "anyswe": {**CLAUDE, "provider": "apptainer-small"}},
     ]
     answers = asyncio.run(post(server.url, bodies))
     for status, resp in answers:
@@ -119,7 +125,7 @@ def test_gym_rows_for_two_agents_on_both_runtimes(server: Served, gym_python: Pa
 def test_a_masked_rollout_is_masked_in_both_places(server: Served, gym_python: Path, tmp_path: Path) -> None:
     """An image that does not exist: a permanent infra error, masked at the top level and in instance_config."""
     (row,) = gym_rows(gym_python, ["demo__calc-1"])
-    body = {**row, "anyswe": {"provider": {"type": "docker", "image": "anyswe-test/no-such-image:none"}}}
+    body = {**row, "anyswe": {"provider": "missing-image"}}
     ((status, resp),) = asyncio.run(post(server.url, [body]))
     assert status == 200, resp
     assert resp["mask_sample"] is True and resp["instance_config"]["mask_sample"] is True
@@ -147,7 +153,7 @@ def test_bad_requests_are_refused_naming_the_field(server: Served) -> None:
                 {"responses_create_params": {"input": [], "metadata": {}}},
                 {
                     "responses_create_params": {"input": [], "metadata": {"instance_id": "demo__calc-1"}},
-                    "anyswe": {"agent": {"type": "nope"}},
+                    "anyswe": {"agent": "nope"},
                 },
                 {
                     "responses_create_params": {
@@ -185,7 +191,7 @@ def test_a_runtime_that_does_not_answer_is_the_servers_fault_not_the_requests(tm
         proc.wait(timeout=120)
 
 
-SLOW = {"model": {"api": "scripted", "protocol": "openai-chat", "misbehave": "slow", "delay": 30}}
+SLOW = {"model": "slow"}
 
 
 def _wait_for_sandbox(server: Served, deadline: float = 180) -> str:
@@ -218,9 +224,9 @@ def test_past_the_queue_a_request_is_refused_at_once(tmp_path: Path, gym_python:
         import aiohttp
 
         async with aiohttp.ClientSession() as session:
-            first = asyncio.ensure_future(session.post(url + "/run", json={**row, "anyswe": SLOW}))
+            first = asyncio.ensure_future(session.post(url + "/run", json={**row, "anyswe": SLOW}, headers=AUTH))
             await asyncio.to_thread(_wait_for_sandbox, served)
-            async with session.post(url + "/run", json=row) as resp:
+            async with session.post(url + "/run", json=row, headers=AUTH) as resp:
                 answer = (resp.status, (await resp.json())["error"])
             first.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -243,7 +249,9 @@ def test_a_client_that_disconnects_leaves_no_sandbox(server: Served, gym_python:
         import aiohttp
 
         async with aiohttp.ClientSession() as session:
-            request = asyncio.ensure_future(session.post(server.url + "/run", json={**row, "anyswe": SLOW}))
+            request = asyncio.ensure_future(
+                session.post(server.url + "/run", json={**row, "anyswe": SLOW}, headers=AUTH)
+            )
             await asyncio.to_thread(_wait_for_sandbox, server)
             request.cancel()  # the client goes away mid-agent, its connection closed
             with pytest.raises(asyncio.CancelledError):
@@ -263,7 +271,9 @@ def test_sigterm_stops_the_server_and_removes_every_sandbox(server: Served, gym_
         import aiohttp
 
         async with aiohttp.ClientSession() as session:
-            request = asyncio.ensure_future(session.post(server.url + "/run", json={**row, "anyswe": SLOW}))
+            request = asyncio.ensure_future(
+                session.post(server.url + "/run", json={**row, "anyswe": SLOW}, headers=AUTH)
+            )
             run_id = await asyncio.to_thread(_wait_for_sandbox, server)
             server.proc.send_signal(signal.SIGTERM)
             code = await asyncio.to_thread(server.proc.wait, 120)

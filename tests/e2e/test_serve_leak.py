@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gymkit import serve_argv, started
+from gymkit import AUTH, serve_argv, started
 
 from anyswe.datasets import load_dataset
 
@@ -101,7 +101,7 @@ def test_a_thousand_short_rollouts_leave_sandboxes_and_memory_flat(tmp_path: Pat
         async def one(i: int) -> tuple[int, dict[str, Any]]:
             nonlocal done, warm_rss
             body = {"responses_create_params": {"input": [], "metadata": meta}, "_ng_rollout_id": f"r{i}"}
-            async with slots, session.post(url + "/run", json=body) as resp:
+            async with slots, session.post(url + "/run", json=body, headers=AUTH) as resp:
                 answer = (resp.status, dict(await resp.json()))
             done += 1
             if done == ROLLOUTS // 10:

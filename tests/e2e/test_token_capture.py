@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gymkit import gym_python, gym_rows, serve_argv, started, validate
+from gymkit import AUTH, gym_python, gym_rows, serve_argv, started, validate
 
 import anyswe
 from anyswe.agents import agent_class
@@ -134,7 +134,7 @@ def test_serve_routes_the_rollout_prefix_and_returns_token_ids_in_gyms_names(
         async def post() -> dict[str, Any]:
             import aiohttp
 
-            async with aiohttp.ClientSession() as s, s.post(url + "/run", json=row) as resp:
+            async with aiohttp.ClientSession() as s, s.post(url + "/run", json=row, headers=AUTH) as resp:
                 assert resp.status == 200, await resp.text()
                 return dict(await resp.json())
 
