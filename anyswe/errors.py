@@ -202,6 +202,12 @@ class SandboxPidsExhausted(AgentError):
     limit (a fork bomb): the task's doing, not the infrastructure's, so never masked."""
 
 
+class SandboxOutOfMemory(AgentError):
+    """The sandbox died by its own memory limit: its PID 1 was the OOM kill of the limit the task's
+    processes exhausted (a task can raise PID 1's ``oom_score_adj``; sandbox/oom.py). The task's
+    doing, like a full pids limit, not the infrastructure's: never masked, never retried."""
+
+
 class GradingError(AnysweError):
     """Grading could not be carried out (harness missing, wrong swebench version, unreadable log)."""
 

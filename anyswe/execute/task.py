@@ -30,7 +30,7 @@ from anyswe._files import task_state_dir
 from anyswe._proc import MAX_OUTPUT_BYTES
 from anyswe._threads import in_thread
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
-from anyswe.errors import GradingError, InfraError
+from anyswe.errors import GradingError, InfraError, SandboxOutOfMemory
 from anyswe.execute.capture import PatchCaptureFailed, capture_patch
 from anyswe.execute.decide import Facts, decide
 from anyswe.execute.grade import grade_in_sandbox, stopped_on_failure
@@ -141,6 +141,20 @@ async def work(
     if seal.commits:
         trace.log_lines.append(f"starting point: {seal.head}, {len(seal.commits)} commit(s) after the base {base}")
     run = await trace.timed("time_agent", run_agent(agent, ctx, unit.agent_timeout))
+    try:
+        return run, await _after_agent(unit, agent, harness, sandbox, trace, run, seal.head)
+    except SandboxOutOfMemory as exc:
+        # Its own memory limit ended the sandbox: the agent's failure, unresolved, not masked (the
+        # agent may have seen it already, through a command that could not run).
+        if run.error is None or type(exc).__name__ not in run.error:
+            run.fail(f"{type(exc).__name__}: {exc}")
+        return run, ""
+
+
+async def _after_agent(
+    unit: WorkUnit, agent: Agent, harness: Harness, sandbox: Sandbox[Any], trace: _Trace, run: AgentRun, head: str
+) -> str:
+    """The agent's sandbox once it is done: alive?, its leftovers ended, its patch captured."""
     # A sandbox killed under the agent makes its failure (or its submission) no result of its own.
     await sandbox.check_alive("the agent's work", settle=2 if run.error or run.timed_out else 0)
     # What the agent left running (a daemon, a fork bomb out of its group) ends here: it could change
@@ -149,14 +163,14 @@ async def work(
         trace.log_lines.append(f"ended {ended} process(es) the agent left running")
     patch = run.outcome.submitted_patch
     if patch is None:
-        capture = capture_patch(sandbox, harness.workdir, seal.head, agent.capture_excludes)
+        capture = capture_patch(sandbox, harness.workdir, head, agent.capture_excludes)
         try:
             patch = await trace.timed("time_patch_capture", capture)
         except PatchCaptureFailed as exc:
             await sandbox.check_alive("the patch capture", settle=2)  # a sandbox lost is not the agent's
             run.fail(f"{type(exc).__name__}: {exc}")
             patch = ""
-    return run, patch_within_cap(unit, run, patch, trace)
+    return patch_within_cap(unit, run, patch, trace)
 
 
 def patch_within_cap(unit: WorkUnit, run: AgentRun, patch: str, trace: _Trace) -> str:
@@ -278,6 +292,8 @@ def classify(
     error_kind, error = trace.error_kind, trace.error
     if error_kind is None and run is not None and run.error is not None:
         error_kind, error = "agent", run.error
+    if verdict is not None and verdict.error is not None and error_kind in (None, "agent"):
+        error_kind, error = "agent", verdict.error if error is None else f"{error}; {verdict.error}"
     outcome = run.outcome if run is not None else AgentOutcome(exit_reason=ExitReason.ERROR)
     timed_out = run is not None and run.timed_out
     exit_reason = outcome.exit_reason if run is not None else None

@@ -25,6 +25,9 @@ class Verdict:
     tests_timed_out: bool = False
     #: The eval script's output was over the cap (``grading/ladder.py``): not graded, unresolved.
     output_over_cap: bool = False
+    #: The patch's own failure that ended its grading (its tests used up the sandbox's memory limit,
+    #: which ended the sandbox): unresolved, and the task's error (``error_kind`` agent, not masked).
+    error: str | None = None
     #: Filled in by ``anyswe.grade``: the harness, the image graded in and its digests (a run's row has them too).
     harness: str | None = None
     image: str | None = None

@@ -6,6 +6,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from anyswe import _proc
+from anyswe.errors import SandboxOutOfMemory
 from anyswe.grading import swebench as sb
 from anyswe.grading.base import Harness, Verdict
 
@@ -56,12 +57,35 @@ async def grade_patch(
     """Grade ``patch`` for ``instance`` inside ``sandbox`` (which must be fresh, from the task image).
 
     An empty patch and a patch no rung can apply are unresolved without running the tests, as in
-    swebench's ``run_instance``.
+    swebench's ``run_instance``. A sandbox that its own memory limit ended (the patch's tests used it
+    up, and made its PID 1 the OOM kill: sandbox/oom.py) is unresolved too, with the evidence in the
+    verdict's ``error``: the patch's doing, not a lost sandbox.
     """
     if not patch or not patch.strip():
         return empty_patch_verdict(instance, harness)
+    rungs: list[str] = []
+    try:
+        return await _grade_patch(sandbox, instance, harness, patch, timeout=timeout, rungs=rungs)
+    except SandboxOutOfMemory as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        return Verdict(
+            resolved=False,
+            patch_exists=True,
+            patch_applied=bool(rungs),
+            applied_by=rungs[0] if rungs else None,
+            eval_script=harness.eval_script(instance),
+            test_output=f"anyswe: {error}\n",
+            error=error,
+        )
+
+
+async def _grade_patch(
+    sandbox: Sandbox[Any], instance: Instance, harness: Harness, patch: str, *, timeout: float, rungs: list[str]
+) -> Verdict:
     script = harness.eval_script(instance)
     rung, apply_log = await apply_patch(sandbox, patch, harness.workdir)
+    if rung is not None:
+        rungs.append(rung)  # for the verdict of a sandbox that dies under the tests
     if rung is None:
         await sandbox.check_alive("patch apply", settle=2)  # a dead sandbox fails every rung
         return Verdict(
@@ -98,11 +122,16 @@ async def grade_patch(
     output, ended = split_end_marker(r.stdout)
     note = ""
     if not ended:
-        # A sandbox that died under the tests is no verdict (SandboxLost, raised here). One still
+        # A sandbox that died under the tests is no verdict (SandboxLost, raised here), unless its
+        # own memory limit ended it: the tests' doing, unresolved with what they printed. One still
         # alive was not ended from outside: nothing inside can end its PID 1, so what cut the script
         # short is the tests' own processes (the patch's conftest killing every process, say). That
         # is the patch's doing, graded on the output as it stands, as swebench grades such a log.
-        await sandbox.check_alive("the eval script", settle=5)
+        try:
+            await sandbox.check_alive("the eval script", settle=5)
+        except SandboxOutOfMemory as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            return Verdict(resolved=False, test_output=f"{output}\nanyswe: {error}\n", error=error, **applied)
         if not r.timed_out:
             note = f"\nanyswe: the eval script was ended from inside the sandbox (exit {r.exit_code}, no end marker)\n"
     if r.timed_out:

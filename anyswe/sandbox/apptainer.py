@@ -268,9 +268,9 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
                 with contextlib.suppress(BaseException):
                     await start
                 raise
-            process = _process(state / PID_FILE)
-            if process is not None:
+            if (process := _process(state / PID_FILE)) is not None:
                 self._processes[request.name] = process
+                await self._watch_init(request.name, process[0], self.config.memory if self._own_init() else None)
             # The SIF as it was while the instance started (a file replaced meanwhile is not known);
             # none when extra options may bind or overlay anything, the repository included.
             same = before is not None and before == _file_identity(request.image)
@@ -301,6 +301,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
     async def remove(self, name: str) -> None:
         """Stop the instance (if any) and delete its state dir; idempotent."""
         process = self._processes.pop(name, None)
+        self._unwatch(name)
         # One known to be gone needs no stop; any other is stopped outright (a stop of an instance
         # that is not there fails, harmlessly) rather than looked up first.
         if process is None or _running(process):
@@ -313,7 +314,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         running = _running(process) if process is not None else name in await self.running_instances()
         if running:
             return None
-        # Nothing inside can end anyswe's PID 1; apptainer's own can be ended from inside.
+        # Nothing inside can end anyswe's PID 1 (but its memory limit: out_of_memory); apptainer's own can.
         who = "stopped or killed from outside" if self._own_init() else "apptainer's own PID 1: from outside or inside"
         return f"the apptainer instance is no longer running ({who})"
 
@@ -352,8 +353,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
 
 
 def _start_time(pid: int) -> str | None:
-    """The start time of process ``pid`` (field 22 of /proc/PID/stat; a pid reused later differs),
-    None if it is not running (a zombie has exited)."""
+    """Process ``pid``'s start time (/proc/PID/stat field 22: a pid reused differs); None if not running."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return None if fields[0] in ("Z", "X") else fields[19]

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from anyswe import _proc
-from anyswe.errors import SandboxError, SandboxExecError, SandboxLost, SandboxStartError
+from anyswe.errors import SandboxError, SandboxExecError, SandboxLost, SandboxOutOfMemory, SandboxStartError
 from anyswe.sandbox import files
 from anyswe.sandbox.helper import HELPER_PATH
 from anyswe.sandbox.labels import scratch_prefix
@@ -312,34 +312,29 @@ class Sandbox(ABC, Generic[P]):
         """A sandbox path; a relative one is taken from the default working directory."""
         return str(PurePosixPath(self.default_workdir) / path)
 
-    async def _checked(self, cmd: Sequence[str], *, stdin: bytes | None = None, what: str) -> bytes:
-        inner, _ = await self._helper_options(list(cmd), timeout=None, env=None, workdir="/", user=None)
-        r = await self._run(inner, stdin=stdin)
-        if r.exit_code != 0 or r.stdout_dropped:  # a tar stream cut to the output cap is no tar
-            raise SandboxError.from_proc(
-                f"{what} failed in sandbox {self.name}", dataclasses.replace(r, argv=list(cmd))
-            )
-        return r.stdout
+    async def _checked(
+        self, cmd: list[str], *, stdin: bytes | None = None, sink: Callable[[bytes], object] | None = None, what: str
+    ) -> None:
+        """Run ``cmd``; its failure raises. ``sink``: where its stdout (data of any size) goes as it comes."""
+        inner, _ = await self._helper_options(cmd, timeout=None, env=None, workdir="/", user=None)
+        if (r := await self._run(inner, stdin=stdin, on_output=files.stdout_to(sink))).exit_code != 0:
+            raise SandboxError.from_proc(f"{what} failed in sandbox {self.name}", dataclasses.replace(r, argv=cmd))
 
     async def write_file(self, path: str, data: bytes, *, mode: int = 0o644, user: str | None = None) -> None:
-        """Write ``data`` to ``path`` (parents created), as root or ``user``.
-
-        A directory at ``path``, a missing or unwritable location raise the matching
-        :class:`~anyswe.errors.SandboxFileError` (also a ``IsADirectoryError``, ...), never an infra error.
-        """
+        """Write ``data`` to ``path`` (parents created), as root or ``user``. A directory there, a missing or
+        unwritable location raise the matching :class:`~anyswe.errors.SandboxFileError`, never an infra error."""
         target = self._path(path)
-        user_opts = ["-u", user] if user else []
-        r = await self._run([HELPER_PATH, *user_opts, "--write", target, f"{mode:o}"], stdin=data)
+        r = await self._run([HELPER_PATH, *(["-u", user] if user else []), "--write", target, f"{mode:o}"], stdin=data)
         files.raise_for_file_status(r, target, self.name)
 
-    async def read_file(self, path: str, *, user: str | None = None, max_output: int = _proc.MAX_OUTPUT_BYTES) -> bytes:
-        """The bytes of ``path``; a missing file, a directory, no permission or more than ``max_output``
-        bytes raise a SandboxFileError."""
-        target = self._path(path)
-        user_opts = ["-u", user] if user else []
-        r = await self._run([HELPER_PATH, *user_opts, "--read", target], max_output=max_output)
+    async def read_file(self, path: str, *, user: str | None = None, max_output: int | None = None) -> bytes:
+        """The bytes of ``path``, whatever its size (streamed, not held to the output cap); a missing
+        file, a directory, no permission or more than ``max_output`` bytes raise a SandboxFileError."""
+        target, chunks = self._path(path), list[bytes]()
+        argv = [HELPER_PATH, *(["-u", user] if user else []), "--read", target]
+        r = await self._run(argv, on_output=files.stdout_to(chunks.append))
         files.raise_for_file_status(r, target, self.name)
-        return r.stdout
+        return files.joined(chunks, max_output, target)
 
     async def copy_in(self, src: str | os.PathLike[str], dest: str) -> None:
         """Copy a host file or directory to ``dest`` in the sandbox (binary-safe, modes kept)."""
@@ -350,15 +345,21 @@ class Sandbox(ABC, Generic[P]):
         )
 
     async def copy_out(self, src: str, dest: str | os.PathLike[str]) -> None:
-        """Copy a file or directory ``src`` from the sandbox to the host path ``dest``."""
-        p = PurePosixPath(self._path(src))
-        data = await self._checked(["tar", "-c", "-C", str(p.parent), "-f", "-", p.name], what=f"copying {src} out")
-        files.extract_tar(data, p.name, Path(dest))
+        """Copy a file or directory ``src`` from the sandbox to the host path ``dest``, whatever its size
+        (its tar stream goes to a file beside ``dest``, never whole into memory)."""
+        p, dest = PurePosixPath(self._path(src)), Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=dest.parent) as tar:
+            argv = ["tar", "-c", "-C", str(p.parent), "-f", "-", p.name]
+            await self._checked(argv, sink=tar.write, what=f"copying {src} out")
+            tar.seek(0)
+            files.extract_tar(tar, p.name, dest)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def check_alive(self, during: str, *, settle: float = 0.0) -> None:
-        """Raise :class:`SandboxLost` naming the cause if the sandbox died (``during`` says in what).
+        """Raise :class:`SandboxLost` naming the cause if the sandbox died (``during`` says in what);
+        :class:`SandboxOutOfMemory` (the agent's failure) if its own memory limit ended it.
 
         ``settle``: seconds to keep looking; a runtime reports a kill a moment after the commands
         inside have died (docker still says "running" just after ``docker kill``).
@@ -366,8 +367,9 @@ class Sandbox(ABC, Generic[P]):
         deadline = time.monotonic() + settle
         while (reason := await self.provider.gone_reason(self.name)) is None and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
-        if reason is not None:
-            raise SandboxLost(f"sandbox {self.name} died during {during}: {reason}")
+        if reason is not None:  # ended by its own memory limit: the task's doing, not a lost sandbox
+            lost = SandboxLost if (oom := await self.provider.out_of_memory(self.name)) is None else SandboxOutOfMemory
+            raise lost(f"sandbox {self.name} died during {during}: {oom or reason}")
 
     async def stop(self) -> None:
         """Remove the sandbox and everything it stored. Idempotent; safe after a failed start."""

@@ -24,6 +24,7 @@ from anyswe.errors import ImageNotFound, RuntimeNotAvailable, SandboxError, Sand
 from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.helper import HELPER_PATH
 from anyswe.sandbox.labels import LABEL_MANAGED
+from anyswe.sandbox.oom import protect_init
 from anyswe.sandbox.provider import Provenance, SandboxProvider
 from anyswe.sandbox.request import (
     SANDBOX_HOSTNAME,
@@ -217,6 +218,10 @@ class DockerProvider(SandboxProvider[DockerConfig]):
 
             def run_container() -> tuple[Any, str | None]:
                 container = self._docker.run(request.image, ["--init"], entrypoint=HELPER_PATH, **options)
+                with contextlib.suppress(Exception):
+                    # PID 1 is never the OOM killer's choice (sandbox/oom.py); only the host may set that.
+                    if (pid := _local_pid(container)) is not None:
+                        protect_init(pid)
                 try:
                     # The image the container runs (python-on-whales has just inspected it), not
                     # what the tag names, which another build or pull may have moved meanwhile.
@@ -272,6 +277,21 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         how = {137: "killed (SIGKILL: docker kill, the OOM killer or a preemption)", 143: "stopped (SIGTERM)"}
         return f"the container was {how.get(code or 0, f'ended ({state.status}, exit {code})')}"
 
+    async def out_of_memory(self, name: str) -> str | None:
+        from python_on_whales.exceptions import NoSuchContainer
+
+        try:
+            state = (await in_thread(self._docker.container.inspect, name)).state
+        except NoSuchContainer:
+            return None
+        if state.running or not state.oom_killed:
+            return None
+        # Docker's OOMKilled: an OOM kill of the container's own memory limit happened in its life.
+        # Its PID 1 is never the victim unless the task raised its oom_score_adj (sandbox/oom.py).
+        limit = f" of {self.config.memory}" if self.config.memory else ""
+        code = state.exit_code
+        return f"its own memory limit{limit} ran out (OOMKilled, exit {code})"
+
     async def init_pid(self, name: str) -> int | None:
         from python_on_whales.exceptions import NoSuchContainer
 
@@ -279,16 +299,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
             container = await in_thread(self._docker.container.inspect, name)
         except NoSuchContainer:
             return None
-        pid = container.state.pid
-        if not container.state.running or not pid:
-            return None
-        # The engine may be another machine's (DOCKER_HOST): the pid is this host's only if the
-        # process it names here is in the container's cgroup.
-        try:
-            cgroup = Path(f"/proc/{pid}/cgroup").read_text()
-        except OSError:
-            return None
-        return pid if container.id in cgroup else None
+        return _local_pid(container)
 
     async def sandboxes(self) -> dict[str, dict[str, str] | None]:
         """Every anyswe container on this host, running or not, with its labels."""
@@ -308,3 +319,17 @@ class DockerProvider(SandboxProvider[DockerConfig]):
             return found
 
         return await in_thread(_list)
+
+
+def _local_pid(container: Any) -> int | None:
+    """The host pid of a running container's PID 1, when it runs on this host."""
+    pid = container.state.pid
+    if not container.state.running or not pid:
+        return None
+    # The engine may be another machine's (DOCKER_HOST): the pid is this host's only if the
+    # process it names here is in the container's cgroup.
+    try:
+        cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    return int(pid) if container.id in cgroup else None

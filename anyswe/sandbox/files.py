@@ -11,7 +11,7 @@ import os
 import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from anyswe.errors import (
     SandboxError,
@@ -23,7 +23,9 @@ from anyswe.errors import (
 )
 
 if TYPE_CHECKING:
-    from anyswe._proc import ProcResult
+    from collections.abc import Callable
+
+    from anyswe._proc import OnOutput, ProcResult
 
 
 def tar_of_path(src: Path, arcname: str) -> bytes:
@@ -36,13 +38,15 @@ def tar_of_path(src: Path, arcname: str) -> bytes:
     return buf.getvalue()
 
 
-def extract_tar(data: bytes, member: str, dest: Path) -> None:
-    """Extract the tar stream's ``member`` (file or directory) to ``dest``, atomically.
+def extract_tar(data: bytes | IO[bytes], member: str, dest: Path) -> None:
+    """Extract the tar stream's ``member`` (file or directory) to ``dest``, atomically; the stream as
+    bytes or as a file open for reading.
 
     ``dest`` an existing directory and ``member`` a file: the file lands inside it.
     """
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar, tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+    stream = io.BytesIO(data) if isinstance(data, bytes) else data
+    with tarfile.open(fileobj=stream, mode="r") as tar, tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         tar.extractall(tmp, filter="data")
         extracted = Path(tmp) / member
         if dest.is_dir() and not extracted.is_dir():
@@ -58,9 +62,6 @@ def untar_argv(dest_dir: PurePosixPath, *, keep_owner: bool = True) -> list[str]
 
 def raise_for_file_status(result: ProcResult, path: str, sandbox: str) -> None:
     """Turn the helper's file-mode exit status (an errno) into the matching typed error."""
-    if result.stdout_dropped:
-        # A file cut to the output cap is corrupt data: refused, never handed back.
-        raise SandboxFileError(f"too large to read back ({result.stdout_dropped} bytes over the output cap)", path)
     if result.exit_code == 0:
         return
     message = result.stderr.decode("utf-8", errors="replace").strip().rpartition(": ")[2] or "failed"
@@ -68,6 +69,24 @@ def raise_for_file_status(result: ProcResult, path: str, sandbox: str) -> None:
     if error is not None:
         raise error(message, path)
     raise SandboxError.from_proc(f"file operation on {path} failed in sandbox {sandbox}", result)
+
+
+def stdout_to(sink: Callable[[bytes], object] | None) -> OnOutput | None:
+    """An output callback that hands a command's stdout (data of any size: a file, a tar stream),
+    chunk by chunk, to ``sink``: nothing of it is held to the output cap."""
+
+    def deliver(stream: str, chunk: bytes) -> None:
+        if stream == "stdout" and sink is not None:
+            sink(chunk)
+
+    return None if sink is None else deliver
+
+
+def joined(chunks: list[bytes], limit: int | None, path: str) -> bytes:
+    """A file read back in ``chunks``, unless it is over ``limit`` bytes (None: no limit)."""
+    if limit is not None and (size := sum(map(len, chunks))) > limit:
+        raise SandboxFileError(f"too large to read back ({size} bytes, over the {limit}-byte limit)", path)
+    return b"".join(chunks)
 
 
 _FILE_ERRORS: dict[int, type[SandboxFileError]] = {

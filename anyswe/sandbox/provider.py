@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
+from anyswe._threads import in_thread
 from anyswe.errors import SandboxError, SandboxStartError
 from anyswe.sandbox.base import Sandbox, check_env
 from anyswe.sandbox.helper import HELPER_PATH, ensure_helper
 from anyswe.sandbox.labels import LABEL_SESSION
+from anyswe.sandbox.oom import OomWatch, protect_init
 from anyswe.sandbox.request import GATEWAY_DIR, DockerRef, Mount, NetworkPolicy, ProviderConfig, SandboxRequest
 from anyswe.sandbox.slots import Slots
 
@@ -57,6 +59,8 @@ class SandboxProvider(ABC, Generic[C]):
         self._starts = Slots(config.start_concurrency or _cpus())
         self._workdirs: dict[str, str] = {}
         self._stopping: set[asyncio.Task[None]] = set()
+        #: The OOM events of sandboxes whose memory cgroup goes with them (sandbox/oom.py).
+        self._oom: dict[str, OomWatch] = {}
 
     def stop_later(self, sandbox: Sandbox[Any], then: Callable[[], None] | None = None) -> None:
         """Remove ``sandbox`` in the background (then call ``then``): a task's result need not wait for
@@ -128,6 +132,25 @@ class SandboxProvider(ABC, Generic[C]):
     @abstractmethod
     async def gone_reason(self, name: str) -> str | None:
         """Why the sandbox ``name`` no longer runs (killed, stopped, OOM-killed, removed); None while it runs."""
+
+    async def out_of_memory(self, name: str) -> str | None:
+        """Asked once sandbox ``name`` is gone: the evidence that its own memory limit ended it (an
+        OOM kill in its cgroup: the task's doing, :class:`~anyswe.errors.SandboxOutOfMemory`), or
+        None when there is none (the sandbox's loss is then the runtime's or the host's)."""
+        watch = self._oom.get(name)
+        return None if watch is None else await in_thread(watch.evidence)
+
+    async def _watch_init(self, name: str, pid: int, memory: str | None) -> None:
+        """Keep sandbox ``name``'s PID 1 (host pid ``pid``) out of the OOM killer's choice where the host
+        may, and, when it has a ``memory`` limit, watch its memory cgroup for the OOMs that can end it
+        all the same (a task can raise PID 1's score)."""
+        await in_thread(protect_init, pid)
+        if memory and (watch := await in_thread(OomWatch.of, pid, memory)):
+            self._oom[name] = watch
+
+    def _unwatch(self, name: str) -> None:
+        if (watch := self._oom.pop(name, None)) is not None:
+            watch.close()
 
     async def init_pid(self, name: str) -> int | None:
         """The host pid of sandbox ``name``'s PID 1, when it runs on this host in a PID namespace of

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anyswe._threads import in_thread
-from anyswe.errors import AnysweError, SandboxExecError, SandboxPidsExhausted
+from anyswe.errors import AnysweError, SandboxExecError, SandboxOutOfMemory, SandboxPidsExhausted
 
 if TYPE_CHECKING:
     from anyswe import _proc
@@ -179,9 +179,15 @@ def _refused(cgroup: Path) -> int:
 
 async def runtime_failure(sandbox: Sandbox[Any], result: _proc.ProcResult) -> AnysweError:
     """The error for a command the runtime could not run in ``sandbox``: the runtime's
-    (:class:`SandboxExecError`, infra), unless the sandbox's own processes fill its pids limit."""
-    what = f"{sandbox.provider.name} could not run a command in sandbox {sandbox.name}"
-    pid = await sandbox.provider.init_pid(sandbox.name)
+    (:class:`SandboxExecError`, infra), unless the sandbox's own processes fill its pids limit, or
+    its own memory limit ended it (both the task's doing)."""
+    provider = sandbox.provider
+    what = f"{provider.name} could not run a command in sandbox {sandbox.name}"
+    pid = await provider.init_pid(sandbox.name)
     if pid is not None and await in_thread(at_pids_limit, pid):
         return SandboxPidsExhausted(f"{what}: its own processes fill its pids limit")
+    if pid is None and (gone := await provider.gone_reason(sandbox.name)) is not None:
+        if (oom := await provider.out_of_memory(sandbox.name)) is not None:
+            return SandboxOutOfMemory(f"{what}: it died: {oom}")
+        return SandboxExecError.from_proc(f"{what}: {gone}", result)
     return SandboxExecError.from_proc(what, result)

@@ -64,15 +64,13 @@ class AnysweSandbox(SandboxEnvironment):
         await self.sandbox.write_file(file, contents.encode() if isinstance(contents, str) else contents)
 
     async def read_file(self, file: str, text: bool = True) -> Any:
-        # anyswe's own read cap is below Inspect's: raised to Inspect's, whose error a bigger file gets.
+        # anyswe reads a file of any size back (streamed); Inspect's contract limits it to its own size.
         try:
-            data = await self.sandbox.read_file(file, max_output=SandboxEnvironmentLimits.MAX_READ_FILE_SIZE + 1)
+            data = await self.sandbox.read_file(file, max_output=SandboxEnvironmentLimits.MAX_READ_FILE_SIZE)
         except SandboxFileError as exc:
             if "too large" not in str(exc):
                 raise
             raise OutputLimitExceededError(SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR, None) from None
-        if len(data) > SandboxEnvironmentLimits.MAX_READ_FILE_SIZE:
-            raise OutputLimitExceededError(SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR, None)
         return data.decode() if text else data
 
     @classmethod

@@ -11,6 +11,7 @@ row, unresolved, not masked, not retried. A kill from the host stays infra and i
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -38,6 +39,60 @@ def pytest_sessionfinish(session, exitstatus):
         os.kill(-1, signal.SIGKILL)
 """
 
+# Root inside attaches PID 1 with ptrace and lets it go on with SIGKILL (issue 31): what it gets is printed.
+PTRACE = """\
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+print("oom_score_adj of PID 1 at the start:", open("/proc/1/oom_score_adj").read().strip())
+attached = libc.ptrace(16, 1, None, None)  # PTRACE_ATTACH
+print("ptrace attach", attached, os.strerror(ctypes.get_errno()))
+if attached == 0:
+    import time; time.sleep(0.5)
+    print("ptrace cont", libc.ptrace(7, 1, None, 9))  # PTRACE_CONT, SIGKILL
+"""
+
+# PID 1 made the OOM killer's first choice, then the sandbox's memory limit used up by processes each
+# far smaller than PID 1's raised score (12 x 40 MiB in 256 MiB): PID 1 is the victim.
+OOM = (
+    'echo 1000 > /proc/1/oom_score_adj; echo "oom_score_adj of PID 1: $(cat /proc/1/oom_score_adj)"; '
+    "for i in $(seq 12); do python3 -c 'import time; b = b\"x\" * (40 << 20); time.sleep(60)' & done; wait"
+)
+
+# The same two steps from a patch's conftest.py, in the grading sandbox, when the tests fail.
+CONFTEST_PTRACE = f"""\
+import subprocess, sys
+
+def pytest_sessionfinish(session, exitstatus):
+    if exitstatus != 0:
+        out = subprocess.run([sys.executable, "-c", {PTRACE!r}], capture_output=True, text=True).stdout
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(out.strip())
+"""
+CONFTEST_OOM = f"""\
+import subprocess
+
+def pytest_sessionfinish(session, exitstatus):
+    if exitstatus != 0:
+        subprocess.run(["bash", "-c", {OOM!r}])
+"""
+
+
+def host_may_lower_oom_score_adj() -> bool:
+    """Whether this process has CAP_SYS_RESOURCE (a root without it, in a container or VM sandbox of
+    its own, may not set a negative oom_score_adj, and neither may the runtimes it starts)."""
+    status = Path("/proc/self/status").read_text()
+    effective = int(next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:")), 16)
+    return bool(effective & (1 << 24))  # CAP_SYS_RESOURCE
+
+
+def new_file_patch(name: str, text: str) -> str:
+    """A diff that adds the file ``name`` holding ``text``."""
+    lines = text.splitlines()
+    body = "".join(f"+{line}\n" for line in lines)
+    head = f"diff --git a/{name} b/{name}\nnew file mode 100644\n--- /dev/null\n+++ b/{name}\n"
+    return f"{head}@@ -0,0 +1,{len(lines)} @@\n{body}"
+
+
 STEPS = {
     "killer": ["kill -TERM 1; kill -HUP 1; kill -INT 1; kill -QUIT 1; kill -KILL 1; kill -STOP 1; sleep 1"],
     "nogit": ["rm -rf .git"],
@@ -49,6 +104,8 @@ STEPS = {
         "&& chmod +x /tmp/h/pre-commit && git config core.hooksPath /tmp/h",
     ],
     "conftest": [f"cat > conftest.py <<'EOF'\n{CONFTEST}EOF"],
+    "ptrace": [f"python3 - <<'EOF'\n{PTRACE}EOF"],
+    "oom": [OOM],
     # A fork bomb in a session of its own, left running to fill the sandbox's pids when the agent ends.
     "forkbomb": ["setsid bash -c 'bomb() { bomb | bomb & }; bomb' >/dev/null 2>&1 </dev/null & sleep 4"],
 }
@@ -77,7 +134,7 @@ class HostileAgent(Agent):
             steps = ["git apply /tmp/fix.diff && rm /tmp/fix.diff", *steps]
         for step in steps:
             r = await ctx.sandbox.exec(["bash", "-c", step], workdir=ctx.workdir, timeout=60)
-            ctx.log(f"$ {step}\n(exit {r.exit_code}) {r.stderr}")
+            ctx.log(f"$ {step}\n(exit {r.exit_code}) {r.stdout}{r.stderr}")
         try:
             alive = await ctx.sandbox.exec(["cat", "/proc/1/cmdline"])
             ctx.log(f"PID 1 after: {alive.stdout!r}")
@@ -145,3 +202,55 @@ def test_a_hostile_agents_failure_stays_its_own_on_both_runtimes(runtimes: None,
         # Its verdict is unchanged by it, and the row says what the patch did (reward-hacking flags).
         assert conftest["flags"] == ["conftest"] and rows[("filterfix", provider)]["flags"] == [], conftest
         assert rows[("killer", provider)]["error_kind"] is None
+
+
+def test_ptrace_and_oom_of_pid_1_stay_the_tasks_own_on_both_runtimes(runtimes: None, tmp_path: Path) -> None:
+    """Issue 31: root inside attaches PID 1 with ptrace and continues it with SIGKILL, or raises PID 1's
+    oom_score_adj to 1000 and uses up the sandbox's memory limit; from the agent's commands and from
+    a predictions patch's conftest.py in the grading sandbox. ptrace is refused (PID 1 is not
+    dumpable and no sandbox root has CAP_SYS_PTRACE); PID 1 killed by the sandbox's own memory limit
+    is the task's failure: unresolved, error_kind agent, not masked, not retried."""
+    agents = {"ptrace": "{type: hostile, steps: ptrace}", "oom": "{type: hostile, steps: oom}"}
+    for name, conftest in (("gradeptrace", CONFTEST_PTRACE), ("gradeoom", CONFTEST_OOM)):
+        predictions = tmp_path / f"{name}.jsonl"
+        row = {"instance_id": "demo__inventory-4", "model_name_or_path": name}
+        predictions.write_text(json.dumps(row | {"model_patch": new_file_patch("conftest.py", conftest)}) + "\n")
+        agents[name] = f"{{type: replay, predictions: {predictions}}}"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: hostile-pid1\ndataset: {name: demo-swebench, instance_ids: [demo__inventory-4]}\n"
+        "agents:\n" + "".join(f"  {name}: {block}\n" for name, block in agents.items()) + "providers:\n"
+        # A small memory limit: the limit is used up in a moment.
+        "  docker: {type: docker, memory: 256m}\n  apptainer: {type: apptainer, overlay_size_mb: 256, memory: 256m}\n"
+        "retries: {max_attempts: 3, backoff: 0.1}\n"
+    )
+    exp = Experiment.load(spec, run_dir=tmp_path / "run")
+    exp.run(progress=False)
+    attempts = read_results(exp.run_dir / "results.jsonl")
+    assert len(attempts) == 8, attempts  # one row each: nothing was retried
+    rows = {(r["agent"], r["provider"]): r for r in exp.results().iter_rows(named=True)}
+    for (agent, provider), row in rows.items():
+        task = exp.run_dir / "tasks" / row["key"]
+        log = (task / "agent.log").read_text() if (task / "agent.log").exists() else ""
+        output = (task / "test_output.txt").read_text() if (task / "test_output.txt").exists() else ""
+        what = f"{agent} on {provider}: {row}\n{log}\n{output[-3000:]}"
+        assert row["attempt"] == 1 and not row["mask_sample"] and not row["resolved"], what
+        if agent in ("ptrace", "gradeptrace"):
+            # Refused: PID 1 lived on, and the tests ran to their end.
+            assert row["error_kind"] is None, what
+            assert "ptrace attach -1 Operation not permitted" in (log if agent == "ptrace" else output), what
+            if agent == "ptrace":
+                # The OOM killer's last choice where the host may set it (a task may still raise it: below).
+                lowest = -1000 if host_may_lower_oom_score_adj() else 0
+                assert "PID 1 after: '/" in log and f"oom_score_adj of PID 1 at the start: {lowest}" in log, what
+            else:
+                assert row["patch_applied"] and "ended from inside the sandbox" not in output, what
+            continue
+        # PID 1 was the OOM kill of the sandbox's own limit: the agent's failure, with the evidence.
+        evidence = "OOMKilled" if provider == "docker" else "OOM event(s) in its memory cgroup"
+        assert row["error_kind"] == "agent" and "SandboxOutOfMemory" in row["error"], what
+        assert "memory limit of 256m ran out" in row["error"] and evidence in row["error"], what
+        if agent == "oom":
+            assert "oom_score_adj of PID 1: 1000" in log, what
+        else:
+            assert row["patch_applied"] and "SandboxOutOfMemory" in output, what

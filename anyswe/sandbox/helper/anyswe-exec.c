@@ -25,7 +25,8 @@
  *       `kill -TERM 1`, or a test suite killing PID 1, cannot turn its own failure into a lost
  *       sandbox. TERM, INT, HUP or QUIT from outside (the runtime's stop: the sender has no pid in
  *       this namespace) end it with 128+N, as tini does; SIGKILL from outside ends it too. It reaps
- *       every orphan (SIGCHLD ignored: the kernel reaps them).
+ *       every orphan (SIGCHLD ignored: the kernel reaps them). It is not dumpable, so no process
+ *       inside can ptrace it (nor read or write its memory) without CAP_SYS_PTRACE.
  *   anyswe-exec --forward PORT SOCKET
  *       in the background, relay every TCP connection to 127.0.0.1:PORT to the unix socket SOCKET
  *       (a host service bind-mounted in): the one way out of a sandbox with no network. Returns
@@ -386,6 +387,11 @@ static void stop_from_outside(int sig, siginfo_t *info, void *unused) {
 }
 
 static _Noreturn void init_mode(void) {
+    /* Not dumpable: ptrace (PTRACE_ATTACH, then PTRACE_CONT with SIGKILL ends any process, PID 1
+     * included), /proc/1/mem, process_vm_writev and pidfd_getfd then need CAP_SYS_PTRACE, which
+     * neither runtime gives a sandbox's root (docker's default set and apptainer's --add-caps lack
+     * it). Without this, root inside could end PID 1 and pass its own failure off as a lost sandbox. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     struct sigaction stop = {0};
     stop.sa_sigaction = stop_from_outside;
     stop.sa_flags = SA_SIGINFO;
