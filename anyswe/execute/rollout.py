@@ -137,22 +137,16 @@ def _model(value: ModelSpec | Mapping[str, Any] | None) -> ModelSpec | None:
         raise SpecError(f"rollout: model.{first_problem(exc)}") from None
 
 
-def check_blocks(
-    *,
-    agent: Mapping[str, Any] | None = None,
-    provider: Mapping[str, Any] | str | None = None,
-    model: Mapping[str, Any] | None = None,
-) -> None:
-    """Validate blocks as :meth:`Rollouts.unit` will (a SpecError naming the field), before any runs:
-    a server checks the blocks it declares when it starts."""
+def check_block(kind: str, block: Mapping[str, Any] | str) -> None:
+    """Validate an agent, provider or model block as :meth:`Rollouts.unit` will (a SpecError naming
+    the field), before any runs: a server checks the blocks it declares when it starts."""
     from anyswe.spec import agent_config_class, provider_config_class
 
-    if agent is not None:
-        _block(agent, agent_config_class, "agent")
-    if provider is not None:
-        _block({"type": provider} if isinstance(provider, str) else provider, provider_config_class, "provider")
-    if model is not None:
-        _model(model)
+    if kind == "model":
+        _model(block if isinstance(block, Mapping) else {"api": block})
+    else:
+        block = {"type": block} if isinstance(block, str) else block
+        _block(block, agent_config_class if kind == "agent" else provider_config_class, kind)
 
 
 class Rollouts:
