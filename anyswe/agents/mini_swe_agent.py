@@ -81,7 +81,14 @@ class SandboxEnvironment:
         # stderr folded into stdout, as mini-swe-agent's own environments do.
         cmd = ["bash", "-c", "exec 2>&1\n" + str(action.get("command", ""))]
         call = self.sandbox.exec(cmd, workdir=cwd or self.cwd, timeout=limit, env=self.env)
-        r = asyncio.run_coroutine_threadsafe(call, self.loop).result()
+        try:
+            r = asyncio.run_coroutine_threadsafe(call, self.loop).result()
+        except UnicodeEncodeError as exc:
+            # A command no program can be given (a surrogate code point the model's JSON held): what
+            # mini-swe-agent's own environments answer, an observation saying so, not the agent's end.
+            info = f"An error occurred while executing the command: {exc}"
+            extra = {"exception_type": type(exc).__name__, "exception": str(exc)}
+            return {"output": "", "returncode": -1, "exception_info": info, "extra": extra}
         output = {"output": r.stdout, "returncode": r.exit_code, "exception_info": ""}
         if r.timed_out:
             output.update(returncode=-1, exception_info=f"The command timed out after {limit:g} seconds.")
