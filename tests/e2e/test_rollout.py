@@ -85,8 +85,8 @@ def test_a_group_is_one_instances_samples_run_at_once() -> None:
 def test_a_lone_surrogate_from_the_model_keeps_the_sample_and_its_report(tmp_path: Path) -> None:
     """Issue 31, item 4: the scripted model's first command holds a lone surrogate (JSON can say one),
     its second prints one's bytes. The rollout is recorded, the trajectory holds both steps as UTF-8, the
-    report and a replay read it; hand-corrupted lines (bytes that are not UTF-8, a line cut short) are
-    errors in the report naming file and line, never a traceback."""
+    report reads it and a replay serves it again; hand-corrupted lines (bytes that are not UTF-8, a line
+    cut short) are errors in the report naming file and line, never a traceback."""
     from anyswe.gateway.replay import ReplayModel
 
     script = tmp_path / "script"
@@ -108,6 +108,12 @@ def test_a_lone_surrogate_from_the_model_keeps_the_sample_and_its_report(tmp_pat
     traj = run / str(row.trajectory_path)
     traj.read_bytes().decode()  # UTF-8 throughout: the surrogate is kept as its JSON escape
     assert len(ReplayModel.load(traj).steps) == 3
+    # Replayed, the recorded replies (the surrogate among them) reach the agent again and it runs the
+    # same commands: each call's conversation matches the recording, or the replay would end in error.
+    replay = {**SCRIPTED, "replay": {"run": str(run)}}
+    again = anyswe.rollout("demo__calc-1", dataset="demo", agent=MINI, model=replay, provider="docker")
+    assert (again.error_kind, again.exit_reason, again.trajectory_errors) == (None, "submitted", [])
+    assert [s.reply.tool_calls[0].arguments["command"] for s in again.trajectory[:2] if s.reply] == steps
 
     report = subprocess.run(
         [sys.executable, "-m", "anyswe", "report", str(run), "-o", str(tmp_path / "r.html")],
