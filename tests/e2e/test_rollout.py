@@ -7,6 +7,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,28 @@ def test_a_lone_surrogate_from_the_model_keeps_the_sample_and_its_report(tmp_pat
     for where in (":2: not UTF-8 (byte 0xff at column 41)", ":3: not JSON", ":4: a line cut short"):
         assert f"trajectory.jsonl{where}" in page and f"trajectory.jsonl{where}" in report.stderr, where
     assert "lone \\\\ud800 here" in page  # the line that could be read is still shown
+
+
+def test_mini_swe_agents_transcript_is_kept_within_its_cap() -> None:
+    """Issue 31, item 7: mini-swe-agent keeps each command's whole output in its transcript (two steps
+    of 16 MiB made 35.7 MB on the host). Two steps printing 2 MB each, through the gateway and a real
+    sandbox, give a transcript within the agent's cap: still JSON, every message there, each long
+    output its head and tail, and the cut recorded in the transcript and in the task's log."""
+    script = {"steps": ["head -c 2000000 /dev/zero | tr '\\0' a; echo END", "head -c 2000000 /dev/zero | tr '\\0' b"]}
+    cap = 256 * 1024
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "demo__calc-1.json").write_text(json.dumps(script))
+        model = {**SCRIPTED, "script": tmp}
+        agent = {**MINI, "transcript_bytes": cap}
+        r = anyswe.rollout("demo__calc-1", dataset="demo", agent=agent, model=model, provider="docker")
+    assert (r.error_kind, r.exit_reason) == (None, "submitted")
+    text = r.files["agent-mini-swe-agent.traj.json"]
+    assert len(text.encode()) <= cap
+    transcript = json.loads(text)
+    assert "over its 262144-byte cap" in transcript["info"]["anyswe_cut"]
+    outputs = [m["extra"]["raw_output"] for m in transcript["messages"] if "raw_output" in m.get("extra", {})]
+    assert len(outputs) == 2  # both long outputs, and the run's end after them: no message lost
+    assert transcript["messages"][-1]["extra"]["exit_status"] == "Submitted"
+    first = outputs[0]
+    assert first.startswith("aaaa") and first.endswith("aaaaEND\n") and "characters cut here" in first
+    assert "mini-swe-agent's transcript cut: the transcript was" in r.files["agent.log"]
