@@ -300,10 +300,13 @@ def report(
     """Write one self-contained HTML report (tables, backend comparison, charts, per-task drill-down)."""
     from anyswe.results.report import write_report
 
+    problems: list[str] = []
     try:
-        path = write_report(run_dir, out)
+        path = write_report(run_dir, out, problems=problems)
     except AnysweError as exc:
         _fail(exc)
+    for problem in problems:
+        typer.secho(f"warning: trajectory line not read: {problem}", fg=typer.colors.YELLOW, err=True)
     typer.echo(f"wrote {path}")
 
 

@@ -192,7 +192,7 @@ def task_key(spec: Spec, cell: Cell, instance: Instance, sample: int, harness: s
     provider = spec.providers[cell.provider]
     model = spec.models[cell.model] if cell.model else None
     payload = {
-        "agent": _content_of_paths(agent_cfg.model_dump()),
+        "agent": _content_of_paths(agent_cfg.key_payload()),
         "model": None if model is None else _content_of_paths(model.key_payload()),
         "provider": provider.key_payload(),
         "instance": _digest(instance.model_dump(mode="json")),

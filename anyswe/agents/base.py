@@ -48,6 +48,17 @@ class AgentConfig(BaseModel):
 
     type: str
 
+    def key_payload(self) -> dict[str, Any]:
+        """The fields that can change a result, for the task key: all but those declared result-neutral
+        (``anyswe.sandbox.request.neutral``: how much of a transcript is kept, say), so such a field, added
+        or changed, leaves the keys of tasks already run as they were."""
+        fields = type(self).model_fields
+        return {
+            k: v
+            for k, v in self.model_dump().items()
+            if k not in fields or not (fields[k].json_schema_extra or {}).get("result_neutral")  # type: ignore[union-attr]
+        }
+
 
 @dataclass
 class AgentContext:

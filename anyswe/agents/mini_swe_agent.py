@@ -10,6 +10,7 @@ and its trajectory is kept with the task.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import tempfile
 import threading
@@ -21,6 +22,7 @@ from pydantic import ConfigDict, Field
 from anyswe._threads import in_thread
 from anyswe.agents.base import Agent, AgentConfig, AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import AgentError
+from anyswe.sandbox.request import neutral
 
 if TYPE_CHECKING:
     from anyswe.sandbox import Sandbox
@@ -41,6 +43,13 @@ _LITELLM_PREFIX = {
 }
 
 
+#: The transcript's default cap. mini-swe-agent keeps each command's whole output in its transcript
+#: (``extra.raw_output``), up to the exec's output cap of 16 MiB per command: two steps made 35.7 MB.
+TRANSCRIPT_BYTES = 4 * 1024 * 1024
+#: Texts are never cut below this many characters: past that the transcript is cut at its cap instead.
+_MIN_KEPT = 256
+
+
 class MiniSweAgentConfig(AgentConfig):
     """The ``agents.<name>`` block of a spec with ``type: mini-swe-agent``."""
 
@@ -50,6 +59,13 @@ class MiniSweAgentConfig(AgentConfig):
     step_limit: int = Field(default=50, ge=1, description="Model calls before the agent is stopped.")
     command_timeout: float = Field(default=120, gt=0, description="Seconds one shell command may run.")
     config: Path | None = Field(default=None, description="A mini-swe-agent YAML (its swebench one by default).")
+    # Neutral: what is kept of the transcript cannot change a result, so it is not in the task key.
+    transcript_bytes: int = neutral(
+        default=TRANSCRIPT_BYTES,
+        ge=64 * 1024,
+        description="Bytes of mini-swe-agent's own transcript kept on the host (agent-mini-swe-agent.traj.json): "
+        "past it its longest texts keep their head and tail, and its info.anyswe_cut says what was cut.",
+    )
 
 
 def _quiet_imports() -> None:
@@ -81,7 +97,14 @@ class SandboxEnvironment:
         # stderr folded into stdout, as mini-swe-agent's own environments do.
         cmd = ["bash", "-c", "exec 2>&1\n" + str(action.get("command", ""))]
         call = self.sandbox.exec(cmd, workdir=cwd or self.cwd, timeout=limit, env=self.env)
-        r = asyncio.run_coroutine_threadsafe(call, self.loop).result()
+        try:
+            r = asyncio.run_coroutine_threadsafe(call, self.loop).result()
+        except UnicodeEncodeError as exc:
+            # A command no program can be given (a surrogate code point the model's JSON held): what
+            # mini-swe-agent's own environments answer, an observation saying so, not the agent's end.
+            info = f"An error occurred while executing the command: {exc}"
+            extra = {"exception_type": type(exc).__name__, "exception": str(exc)}
+            return {"output": "", "returncode": -1, "exception_info": info, "extra": extra}
         output = {"output": r.stdout, "returncode": r.exit_code, "exception_info": ""}
         if r.timed_out:
             output.update(returncode=-1, exception_info=f"The command timed out after {limit:g} seconds.")
@@ -117,6 +140,73 @@ def _StoppableModel(stop: threading.Event, **config: Any) -> Any:
     return StoppableModel(**config)
 
 
+def bounded_transcript(data: dict[str, Any], cap: int) -> tuple[str, str | None]:
+    """mini-swe-agent's transcript (its ``serialize()``) as its JSON text, at most ``cap`` bytes, and
+    what was cut (None: nothing). Past the cap every text longer than a limit keeps its head and tail
+    with a marker between, the limit halved until the transcript fits: still JSON, every message
+    kept, and its ``info.anyswe_cut`` says so. Only when texts of ``_MIN_KEPT`` characters do not fit
+    (thousands of messages) is the text cut at the cap, a marker ending it (then no longer JSON)."""
+    text = json.dumps(data, indent=2)
+    size = len(text.encode())
+    if size <= cap:
+        return text, None
+    limit = cap // 2
+    while True:
+        cut, count = _cut_texts(data, limit)
+        note = (
+            f"the transcript was {size} bytes, over its {cap}-byte cap: {count} text(s) over {limit} characters "
+            "keep their head and tail"
+        )
+        info = cut.get("info") if isinstance(cut.get("info"), dict) else cut
+        info["anyswe_cut"] = note
+        text = json.dumps(cut, indent=2)
+        if len(text.encode()) <= cap:
+            return text, note
+        if limit // 2 < _MIN_KEPT:
+            break
+        limit //= 2
+    marker = f"\n[anyswe: the transcript truncated at its {cap}-byte cap]\n"
+    head = text.encode()[: cap - len(marker.encode())].decode(errors="ignore")
+    return head + marker, f"{note}; still over, it was truncated at the cap"
+
+
+def _cut_texts(value: Any, limit: int) -> tuple[Any, int]:
+    """``value`` (JSON types) with every str longer than ``limit`` characters cut to its head and tail
+    (a marker between saying how much went), and how many were."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return value, 0
+        half = limit // 2
+        marker = f"\n[anyswe: {len(value) - 2 * half} characters cut here: over the transcript cap]\n"
+        return value[:half] + marker + value[-half:], 1
+    if isinstance(value, list):
+        parts = [_cut_texts(v, limit) for v in value]
+        return [v for v, _ in parts], sum(n for _, n in parts)
+    if isinstance(value, dict):
+        items = {k: _cut_texts(v, limit) for k, v in value.items()}
+        return {k: v for k, (v, _) in items.items()}, sum(n for _, n in items.values())
+    return value, 0
+
+
+def _BoundedAgent(cap: int, cuts: list[str], *args: Any, **config: Any) -> Any:
+    """mini-swe-agent's agent, saving its transcript (after every step, as its own does) within ``cap``
+    bytes, so the host never holds more of it on disk; ``cuts`` holds the note of the cut in the file
+    last written (empty: it is whole)."""
+    from minisweagent.agents.default import DefaultAgent
+
+    class BoundedAgent(DefaultAgent):  # type: ignore[misc]
+        def save(self, path: Path | None, *extra_dicts: Any) -> dict[str, Any]:
+            data: dict[str, Any] = self.serialize(*extra_dicts)
+            if path:
+                text, note = bounded_transcript(data, cap)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+                cuts[:] = [] if note is None else [note]  # what the file now holds
+            return data
+
+    return BoundedAgent(*args, **config)
+
+
 class MiniSweAgent(Agent):
     name: ClassVar[str] = "mini-swe-agent"
     config_class = MiniSweAgentConfig
@@ -137,11 +227,10 @@ class MiniSweAgent(Agent):
         return loaded
 
     def _run_sync(
-        self, ctx: AgentContext, loop: asyncio.AbstractEventLoop, traj: Path, stop: threading.Event
+        self, ctx: AgentContext, loop: asyncio.AbstractEventLoop, traj: Path, stop: threading.Event, cuts: list[str]
     ) -> dict[str, Any]:
         _quiet_imports()
         import litellm
-        from minisweagent.agents.default import DefaultAgent
 
         endpoint = ctx.model
         if endpoint is None or endpoint.base_url is None:
@@ -166,7 +255,9 @@ class MiniSweAgent(Agent):
         env_vars = {k: str(v) for k, v in (settings.get("environment", {}).get("env") or {}).items()}
         env = SandboxEnvironment(ctx.sandbox, loop, cwd=ctx.workdir, timeout=self.config.command_timeout, env=env_vars)
         env.stop = stop
-        agent = DefaultAgent(
+        agent = _BoundedAgent(
+            self.config.transcript_bytes,
+            cuts,
             model,
             env,
             system_template=settings["agent"]["system_template"],
@@ -181,10 +272,11 @@ class MiniSweAgent(Agent):
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         stop = threading.Event()
+        cuts: list[str] = []
         with tempfile.TemporaryDirectory(prefix="anyswe-mswea-") as tmp:
             traj = Path(tmp) / "mini-swe-agent.traj.json"
             try:
-                result = await in_thread(self._run_sync, ctx, asyncio.get_running_loop(), traj, stop)
+                result = await in_thread(self._run_sync, ctx, asyncio.get_running_loop(), traj, stop, cuts)
             except asyncio.CancelledError:
                 # The host stopped the agent (its timeout): its thread stops at its next step or call.
                 stop.set()
@@ -200,4 +292,8 @@ class MiniSweAgent(Agent):
                 reason = _EXIT_REASONS.get(exit_status, ExitReason.ERROR)
             ctx.log(f"mini-swe-agent exit status: {exit_status}")
             artifacts = {traj.name: traj.read_text()} if traj.is_file() else {}
-        return AgentOutcome(exit_reason=reason, artifacts=artifacts, info={"exit_status": exit_status})
+        info = {"exit_status": exit_status}
+        if cuts:
+            ctx.log(f"mini-swe-agent's transcript cut: {cuts[-1]}")
+            info["transcript_cut"] = cuts[-1]
+        return AgentOutcome(exit_reason=reason, artifacts=artifacts, info=info)

@@ -87,7 +87,7 @@ class OpenClawAgent(CliAgent):
         return config.max_turns if isinstance(config, OpenClawConfig) else None
 
     def command(self, ctx: AgentContext) -> list[str]:
-        timeout = str(int(max(ctx.timeout - 15, 10)))
+        timeout = str(_own_deadline(ctx))
         return [
             f"{BUNDLE_DIR}/bin/openclaw",
             *("agent", "exec", "--config", f"{STATE_DIR}/openclaw.json5", "--json", "--cwd", ctx.workdir),
@@ -124,12 +124,18 @@ class OpenClawAgent(CliAgent):
         status, error = str(envelope.get("status", "")), str(envelope.get("error") or "")
         if status == "ok":
             outcome.exit_reason = ExitReason.SUBMITTED
-        elif status == "timeout":
+        elif status == "timeout" and result.duration >= _own_deadline(ctx):
+            # OpenClaw stopped itself at the deadline it was given, as the runner's own clock (the
+            # exec's duration, measured on the host) confirms. The envelope's word alone is never a
+            # timeout: any process the agent starts can write to OpenClaw's stdout, and an agent
+            # timeout is masked, a re-roll the agent would buy itself. Claimed early, it is an error.
             outcome.exit_reason = ExitReason.TIMEOUT
         elif "context" in error.lower() and ("length" in error.lower() or "window" in error.lower()):
             outcome.exit_reason = ExitReason.CONTEXT_WINDOW
         else:
             outcome.exit_reason = ExitReason.ERROR
+        if status == "timeout" and outcome.exit_reason != ExitReason.TIMEOUT:
+            ctx.log(f"openclaw said it timed out after {result.duration:.0f}s, before its deadline: not a timeout")
         if error:
             ctx.log(f"openclaw: {error[:2000]}")
         usage = envelope.get("usage") or {}
@@ -142,6 +148,12 @@ class OpenClawAgent(CliAgent):
         )
         outcome.info = {"status": status, "error": error[:500]}
         return outcome
+
+
+def _own_deadline(ctx: AgentContext) -> int:
+    """Seconds OpenClaw is given (its ``--timeout``): it stops itself, its envelope and usage written,
+    before the runner's exec timeout (``ctx.timeout`` less the CLI agents' grace) kills it."""
+    return int(max(ctx.timeout - 15, 10))
 
 
 def _envelope(stdout: str) -> dict[str, Any] | None:

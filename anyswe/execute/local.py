@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from anyswe._text import valid_text
 from anyswe.errors import PlanError, ResultsError
 from anyswe.execute import models
 from anyswe.execute.decide import amend
@@ -71,14 +72,22 @@ def pending_units(plan: Plan, store: RunStore, run_id: str) -> list[WorkUnit]:
     ]
 
 
+#: The task's patch as graded (execute/task.py writes it).
+PATCH_FILE = "patch.diff"
+
+
 def record(store: RunStore, output: TaskOutput) -> TaskResult:
     """Write a task's artefacts, then its result row (a row always has its files beside it); the row written.
 
-    What one task produced cannot stop the run: if its artefacts or row cannot be written (text that
-    is not valid Unicode, say), the task is recorded as an internal error instead, retried next apply:
-    unresolved, reward 0 (its verdict has no files beside it), and counted as an error.
+    What one task produced cannot stop the run: text UTF-8 cannot hold (a surrogate code point, from
+    JSON an agent or a model wrote) is written with U+FFFD in its place, in the files and in the row
+    (which is what the caller gets back), but for the patch, which was graded as it is. If its
+    artefacts or row still cannot be written (such a patch, a full disk), the task is recorded as an
+    internal error instead, retried next apply: unresolved, reward 0 (its verdict has no files beside
+    it), and counted as an error.
     """
     try:
+        output = dataclasses.replace(output, result=output.result.with_valid_text())
         _write(store, output)
     except (OSError, UnicodeError, ValueError) as exc:
         failure = f"recording the task's results failed: {type(exc).__name__}: {exc}"
@@ -93,7 +102,13 @@ def _write(store: RunStore, output: TaskOutput) -> None:
     # A retried task's folder must not keep the earlier attempt's error.
     (out_dir / "error.txt").unlink(missing_ok=True)
     for name, text in output.artifacts.items():
-        (out_dir / name).write_text(text)
+        try:
+            data = text.encode()
+        except UnicodeEncodeError:  # a surrogate code point (from JSON the agent printed): U+FFFD
+            if name == PATCH_FILE:  # but the patch is what was graded: never another
+                raise
+            data = valid_text(text).encode()
+        (out_dir / name).write_bytes(data)
     store.append(output.result)
 
 

@@ -70,6 +70,10 @@ class Rollout(BaseModel):
         default=None, description="Whether the calls' token ids form one growing prefix chain (None: no token ids)."
     )
     trajectory: list[Step] = Field(default_factory=list, description="The model calls, in the trajectory contract.")
+    trajectory_errors: list[str] = Field(
+        default_factory=list,
+        description="Each trajectory line that could not be read (file:line: why); its step is not in `trajectory`.",
+    )
     usage: AgentUsage = Field(default_factory=AgentUsage)
     timings: dict[str, float | None] = Field(default_factory=dict, description="Seconds per phase (time_*).")
     #: The whole result row, as results.jsonl has it.
@@ -80,7 +84,7 @@ class Rollout(BaseModel):
     run_dir: Path | None = None
 
     @classmethod
-    def of(cls, output: TaskOutput, trajectory: list[Step], run_dir: Path | None) -> Rollout:
+    def of(cls, output: TaskOutput, trajectory: list[Step], run_dir: Path | None, lost: list[str]) -> Rollout:
         from anyswe.results.schema import TIME_FIELDS
 
         r = output.result
@@ -105,6 +109,7 @@ class Rollout(BaseModel):
             flags=r.flags or [],
             token_prefix_chain=r.token_prefix_chain,
             trajectory=trajectory,
+            trajectory_errors=lost,
             usage=usage,
             timings={name: getattr(r, name) for name in TIME_FIELDS},
             result=r,
@@ -327,6 +332,7 @@ class Rollouts:
     async def run(self, unit: WorkUnit) -> Rollout:
         """Run ``unit`` through the run's own path (``models.attempt``) and read back its trajectory."""
         from anyswe.execute import models
+        from anyswe.execute.decide import amend
         from anyswe.gateway.trajectory import read_trajectory
 
         provider = self.worker.provider(unit)
@@ -344,13 +350,21 @@ class Rollouts:
             trajectory_file = task_dir / models.TRAJECTORY
             if output.result.trajectory_path:  # kept apart under the attempt's own name on an infra error
                 trajectory_file = task_dir / Path(output.result.trajectory_path).name
-            steps = read_trajectory(trajectory_file, output.artifacts) if trajectory_file.is_file() else []
+            lost: list[str] = []  # each line (or the file) that cannot be read: file:line: why
+            steps = (
+                read_trajectory(trajectory_file, output.artifacts, problems=lost) if trajectory_file.is_file() else []
+            )
+            if lost and output.result.error_kind is None:
+                # A sample whose calls cannot all be read back is one the gateway did not record whole:
+                # the gateway's own failure to record (models.settle's ``unrecorded``), never the agent's.
+                error = f"the trajectory could not be read whole: {'; '.join(lost[:3])}"
+                output = dataclasses.replace(output, result=amend(output.result, error_kind="infra", error=error))
             if self._store is not None:
                 output = await self._record(output)
         finally:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
-        return Rollout.of(output, steps, self.run_dir)
+        return Rollout.of(output, steps, self.run_dir, lost)
 
     async def _record(self, output: TaskOutput) -> TaskOutput:
         from anyswe.execute.local import record

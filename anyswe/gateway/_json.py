@@ -1,14 +1,18 @@
 """JSON out on the gateway's path, fast: orjson's encoder (several times the standard library's on a
 conversation's body), falling back to the standard library for what orjson refuses (an integer past
-64 bits, a lone surrogate), so the output is always the standard library's JSON for such values.
-Reading is orjson's too, with the same rule: what it reads differently (an integer of 19 digits or
-more, which it reads as a float) or refuses (NaN, a lone surrogate, 1e400) the standard library reads,
-so every body means what ``json.loads`` makes of it."""
+64 bits, a lone surrogate), so the output is always the standard library's JSON for such values, but
+with every lone surrogate as its ``\\uXXXX`` escape: the bytes are always UTF-8, which any reader
+decodes, and read back they give the same string. Reading is orjson's too, with the same rule: what
+it reads differently (an integer of 19 digits or more, which it reads as a float) or refuses (NaN, a
+lone surrogate, 1e400) the standard library reads, so every body means what ``json.loads`` makes of
+it."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from anyswe._text import escape_surrogates
 
 #: Every digit as "0", every other byte as " ": 19 zeros in a row in a body so mapped is an integer
 #: orjson may read as a float (its integers stop at 64 bits). A string holding such a run sends the
@@ -37,9 +41,9 @@ def dumps(obj: Any) -> bytes:
     try:
         return orjson.dumps(obj)
     except (TypeError, orjson.JSONEncodeError):
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+        return escape_surrogates(json.dumps(obj, ensure_ascii=False, separators=(",", ":"))).encode()
 
 
 def dumps_str(obj: Any) -> str:
     """:func:`dumps` as text (a trajectory line, a response body)."""
-    return dumps(obj).decode("utf-8", "surrogatepass")
+    return dumps(obj).decode()

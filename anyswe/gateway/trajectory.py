@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from anyswe.errors import ResultsError
+from anyswe.errors import ResultsError, first_problem
 
 if TYPE_CHECKING:
     from anyswe.gateway.grants import Grant
@@ -269,32 +269,66 @@ def _old_row(row: dict[str, Any], index: int) -> Step:
     return step
 
 
-def read_trajectory(path: str | Path, transcripts: Mapping[str, str] | None = None) -> list[Step]:
+def read_trajectory(
+    path: str | Path, transcripts: Mapping[str, str] | None = None, *, problems: list[str] | None = None
+) -> list[Step]:
     """Every step of a trajectory file, old rows included, with each step's ``tool_results`` (the tool
     messages the next call brought, and what an agent's own transcript adds: ``transcripts``, a task's
-    files by name, else those beside ``path``) and old rows' ``messages`` cut to what was new."""
+    files by name, else those beside ``path``) and old rows' ``messages`` cut to what was new.
+
+    A line that cannot be read (not UTF-8, not JSON, not a step, cut short) is an error naming the file
+    and the line: given ``problems``, it goes there and the reading goes on (the report and rollouts
+    show every step there is and say which line was lost; a file that cannot be read at all is one
+    such error); else it is raised (:class:`ResultsError`), but for a last line cut short, which a
+    writer killed mid-line leaves and which is skipped."""
     p = Path(path)
     try:
-        lines = p.read_text().splitlines()
+        lines = p.read_bytes().split(b"\n")
     except OSError as exc:
-        raise ResultsError(f"cannot read the trajectory {p}: {exc}") from None
+        if problems is None:
+            raise ResultsError(f"cannot read the trajectory {p}: {exc}") from None
+        problems.append(f"{p}: cannot be read: {exc.strerror or exc}")
+        return []
     steps: list[Step] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        cut = n == len(lines)  # the file does not end with this line's newline
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if n == len(lines):  # torn last line: the process died mid-write
-                break
-            raise ResultsError(f"{p}:{n}: corrupt line in a trajectory") from None
-        steps.append(Step.model_validate(row) if "schema_version" in row else _old_row(row, len(steps)))
+            steps.append(_read_line(line, len(steps)))
+        except _Unreadable as exc:
+            problem = f"{p}:{n}: {'a line cut short' if cut else exc}"
+            if problems is not None:
+                problems.append(problem)
+            elif not cut:
+                raise ResultsError(problem) from None
     _cut_old_messages(steps)
     answered = [s for s in steps if s.reply is not None]
     for step, following in itertools.pairwise(answered):
         step.tool_results = _results_of(step, following)
     add_transcript_results(steps, _transcript_results(p.parent, transcripts))
     return steps
+
+
+class _Unreadable(Exception):
+    """Why one line of a trajectory is not a step."""
+
+
+def _read_line(line: bytes, index: int) -> Step:
+    try:
+        text = line.decode()
+    except UnicodeDecodeError as exc:
+        raise _Unreadable(f"not UTF-8 (byte {line[exc.start]:#04x} at column {exc.start + 1})") from None
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _Unreadable(f"not JSON ({exc.msg}: column {exc.colno})") from None
+    if not isinstance(row, dict):
+        raise _Unreadable(f"not a step (a JSON {type(row).__name__}, not an object)")
+    try:
+        return Step.model_validate(row) if "schema_version" in row else _old_row(row, index)
+    except ValidationError as exc:
+        raise _Unreadable(f"not a step ({first_problem(exc)})") from None
 
 
 def _transcript_results(task_dir: Path, files: Mapping[str, str] | None) -> dict[str, tuple[str, bool]]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from anyswe._text import escape_surrogates
 from anyswe.datasets import Instance, filter_instances, format_image, read_rows
 from anyswe.datasets.registry import SWEBENCH_IMAGE, DatasetInfo, route, split_name
 from anyswe.errors import DatasetError
@@ -47,7 +48,8 @@ class PreparedDataset:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 for row in self.rows:
-                    fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                    # A lone surrogate (a row's JSON can say one) as its escape: UTF-8 cannot hold it.
+                    fh.write(escape_surrogates(json.dumps(row, ensure_ascii=False, default=str)) + "\n")
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for the scratch file, not the dataset

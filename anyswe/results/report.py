@@ -182,14 +182,15 @@ def _exclusions(plan: dict[str, Any]) -> str:
     )
 
 
-def render_report(run_dir: str | Path, *, chunks: Path | None = None) -> str:
-    """The HTML text of the report for ``run_dir`` (its tasks' details in files in ``chunks`` if given)."""
+def render_report(run_dir: str | Path, *, chunks: Path | None = None, problems: list[str] | None = None) -> str:
+    """The HTML text of the report for ``run_dir`` (its tasks' details in files in ``chunks`` if given;
+    each trajectory line it could not read, file:line: why, added to ``problems``)."""
     run = Path(run_dir)
     tasks = task_frame(run)
-    return _page(run, tasks, chunks)
+    return _page(run, tasks, chunks, problems)
 
 
-def _page(run: Path, tasks: pl.DataFrame, chunks: Path | None) -> str:
+def _page(run: Path, tasks: pl.DataFrame, chunks: Path | None, problems: list[str] | None = None) -> str:
     cells = cell_table(tasks).to_dicts()
     plan = json.loads((run / "plan.json").read_text()) if (run / "plan.json").is_file() else {}
     try:
@@ -239,19 +240,20 @@ agent variance) if it ran.</p>
 <h2>Resolve rate per repo</h2>
 {_heatmap(repo_table(tasks).to_dicts())}
 <h2>Tasks</h2>
-{tasks_section(run, tasks, chunks)}
+{tasks_section(run, tasks, chunks, problems)}
 <script>{_JS}</script>
 <script>{SCRIPT}</script>
 </body></html>
 """
 
 
-def write_report(run_dir: str | Path, out: str | Path) -> Path:
+def write_report(run_dir: str | Path, out: str | Path, *, problems: list[str] | None = None) -> Path:
     """Write the report to ``out``. A run of more than INLINE_TASKS tasks keeps their details in
-    ``<out's name>_tasks/`` beside it (the page loads a task's file when it is opened)."""
+    ``<out's name>_tasks/`` beside it (the page loads a task's file when it is opened). A trajectory
+    line that cannot be read is shown in the page (file:line: why) and added to ``problems``."""
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     tasks = task_frame(run_dir)
     chunks = path.parent / f"{path.stem}_tasks" if tasks.height > INLINE_TASKS else None
-    path.write_text(_page(Path(run_dir), tasks, chunks))
+    path.write_text(_page(Path(run_dir), tasks, chunks, problems))
     return path

@@ -63,6 +63,7 @@
       var t=data[key];
       box.appendChild(el('p',null,t.meta)); box.appendChild(el('h4',null,'phases')); box.appendChild(phases(t.phases));
       box.appendChild(el('h4',null,'trajectory ('+t.steps.length+' steps)'));
+      (t.problems||[]).forEach(function(p){box.appendChild(el('p','warn','not read: '+p));});
       t.steps.forEach(function(s,i){box.appendChild(step(s,i));});
       box.appendChild(el('h4',null,'patch')); box.appendChild(t.patch?patch(t.patch):el('p',null,'(empty)'));
       box.appendChild(el('h4',null,'tests')); box.appendChild(tests(t.tests));

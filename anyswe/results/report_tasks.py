@@ -27,6 +27,8 @@ MAX_TEXT = 20_000
 #: loaded as a task is opened: 10,000 tasks inline made a page of about 110 MB to parse at once.
 INLINE_TASKS = 2000
 CHUNK = 500
+#: Unreadable trajectory lines listed above the task table (each task lists all of its own).
+MAX_PROBLEMS = 50
 PHASES = ("time_image", "time_sandbox_start", "time_agent", "time_patch_capture", "time_grading")
 
 
@@ -38,17 +40,15 @@ def _read(path: Path) -> str:
     return _cut(path.read_text(errors="replace")) if path.is_file() else ""
 
 
-def _steps(task_dir: Path, row: dict[str, Any], run: Path) -> list[dict[str, Any]]:
-    """The task's trajectory as the page draws it (read through the one reader)."""
+def _steps(task_dir: Path, row: dict[str, Any], run: Path, problems: list[str]) -> list[dict[str, Any]]:
+    """The task's trajectory as the page draws it (read through the one reader); each line it cannot
+    read (file:line: why) goes to ``problems``."""
     from anyswe.gateway.trajectory import read_trajectory
 
     path = run / str(row["trajectory_path"]) if row.get("trajectory_path") else task_dir / "trajectory.jsonl"
     if not path.is_file():
         return []
-    try:
-        steps = read_trajectory(path)
-    except ResultsError:
-        return []
+    steps = read_trajectory(path, problems=problems)
 
     def msg(m: Any) -> list[Any]:
         return [m.role, _cut(m.text, 4000), [[c.name, json.dumps(c.arguments)[:2000]] for c in m.tool_calls]]
@@ -85,8 +85,9 @@ def _tests(task_dir: Path) -> dict[str, Any]:
 
 
 def detail(run: Path, row: dict[str, Any]) -> dict[str, Any]:
-    """What the page draws when a task is opened."""
+    """What the page draws when a task is opened (``problems``: what of its trajectory could not be read)."""
     d = run / "tasks" / str(row["key"])
+    problems: list[str] = []
     return {
         "meta": f"applied by: {row.get('applied_by') or 'not applied'}; exit: {row.get('exit_reason')}; "
         f"error: {row.get('error') or 'none'}; flags: {', '.join(row.get('flags') or []) or 'none'}",
@@ -94,7 +95,8 @@ def detail(run: Path, row: dict[str, Any]) -> dict[str, Any]:
         "patch": _read(d / "patch.diff"),
         "tests": _tests(d),
         "output": _read(d / "test_output.txt"),
-        "steps": _steps(d, row, run),
+        "steps": _steps(d, row, run, problems),
+        "problems": problems,
     }
 
 
@@ -123,13 +125,16 @@ def _json(value: Any) -> str:
     return json.dumps(value).replace("</", "<\\/")  # nothing in the JSON can end a script element
 
 
-def tasks_section(run: Path, tasks: pl.DataFrame, chunks: Path | None = None) -> str:
-    """The task table, and each task's detail as JSON: in the page, or in files in ``chunks``."""
+def tasks_section(run: Path, tasks: pl.DataFrame, chunks: Path | None = None, problems: list[str] | None = None) -> str:
+    """The task table, and each task's detail as JSON: in the page, or in files in ``chunks``. Above the
+    table, each trajectory line that could not be read (file:line: why; also added to ``problems``)."""
     rows, details = [], {}
+    lost: list[str] = []
     for r in tasks.sort(["instance_id", "cell", "sample"]).to_dicts():
         verdict, cls = _verdict(r)
         key = str(r["key"])
         details[key] = detail(run, r)
+        lost += details[key]["problems"]
         search = html.escape(f"{r['instance_id']} {r['cell']} {verdict}".lower(), quote=True)
         label = html.escape(f"{r['cell']} · {r['instance_id']} #{r['sample']} · {verdict}", quote=True)
         rows.append(
@@ -140,7 +145,17 @@ def tasks_section(run: Path, tasks: pl.DataFrame, chunks: Path | None = None) ->
             f"<td>{html.escape(r['cell'])}</td><td class=num>{r['sample']}</td><td class={cls}>{verdict}</td>"
             f"<td class=num>{len(details[key]['steps'])}</td><td class=num>{(r.get('time_total') or 0):.1f}</td></tr>"
         )
-    return (
+    if problems is not None:
+        problems += lost
+    shown = "".join(f"<li>{html.escape(p)}</li>" for p in lost[:MAX_PROBLEMS])
+    more = f"<li>... and {len(lost) - MAX_PROBLEMS} more</li>" if len(lost) > MAX_PROBLEMS else ""
+    unread = (
+        f'<div class="warn"><p>{len(lost)} trajectory line(s) could not be read; their steps are not shown:</p>'
+        f"<ul class=problems>{shown}{more}</ul></div>"
+        if lost
+        else ""
+    )
+    return unread + (
         '<p><input id="filter" type="search" placeholder="filter by instance, cell or verdict"> '
         f'<span id="shown">{len(rows)}</span> of {len(rows)} tasks</p>'
         "<table><thead><tr><th>instance</th><th>cell</th><th>sample</th><th>verdict</th><th>steps</th>"

@@ -13,6 +13,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from anyswe.agents.base import ExitReason
 from anyswe.errors import ResultsError
@@ -137,7 +138,26 @@ class TaskResult(BaseModel):
         return self.error_kind in RETRYABLE
 
     def to_json_line(self) -> bytes:
-        return self.model_dump_json().encode() + b"\n"
+        """The row as results.jsonl holds it: :meth:`with_valid_text`'s, in UTF-8."""
+        try:
+            return self.model_dump_json().encode() + b"\n"
+        except PydanticSerializationError:
+            return self.with_valid_text().model_dump_json().encode() + b"\n"
+
+    def with_valid_text(self) -> TaskResult:
+        """This row, but for a surrogate code point in its text (JSON an agent or a model wrote can hold
+        one; UTF-8, polars and parquet cannot) made U+FFFD; itself when there is none. The patch is
+        left as it is: it is what was graded, and a changed one would not be (such a row cannot be
+        written, and the recorder makes it an error of its own)."""
+        from anyswe._text import valid_text
+
+        try:
+            self.model_dump_json()
+        except PydanticSerializationError:
+            fields = self.model_dump(mode="json")
+            patch = fields.pop("model_patch")
+            return TaskResult.model_validate(valid_text(fields) | {"model_patch": patch})
+        return self
 
 
 def _migrate_v1(row: dict[str, Any]) -> dict[str, Any]:

@@ -4,8 +4,10 @@ on both runtimes, with no spec and no run directory, or recorded into one as ``a
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,84 @@ def test_a_group_is_one_instances_samples_run_at_once() -> None:
     group = asyncio.run(go())
     assert [r.result.sample for r in group] == [0, 1, 2] and len({r.result.key for r in group}) == 3
     assert all(r.resolved and not r.mask_sample for r in group)  # none masked: the group is as it ran
+
+
+def test_a_lone_surrogate_from_the_model_keeps_the_sample_and_its_report(tmp_path: Path) -> None:
+    """Issue 31, item 4: the scripted model's first command holds a lone surrogate (JSON can say one),
+    its second prints one's bytes. The rollout is recorded, the trajectory holds both steps as UTF-8, the
+    report reads it and a replay serves it again; hand-corrupted lines (bytes that are not UTF-8, a line
+    cut short) are errors in the report naming file and line, never a traceback."""
+    from anyswe.gateway.replay import ReplayModel
+
+    script = tmp_path / "script"
+    script.mkdir()
+    steps = ["echo 'lone \ud800 here'", "printf 'raw \\355\\240\\200 bytes\\n'"]
+    (script / "demo__calc-1.json").write_text(json.dumps({"steps": steps}))
+    run = tmp_path / "run"
+    model = {**SCRIPTED, "script": str(script)}
+    r = anyswe.rollout("demo__calc-1", dataset="demo", agent=MINI, model=model, provider="docker", run_dir=run)
+    assert (r.error_kind, r.exit_reason, r.trajectory_errors, len(r.trajectory)) == (None, "submitted", [], 3)
+    first, second = (s.reply.tool_calls[0].arguments["command"] for s in r.trajectory[:2] if s.reply)
+    assert (first, second) == tuple(steps)
+    # mini-swe-agent could not give the first command to bash (as its own environments answer it);
+    # the second printed the bytes, which the agent read as text.
+    assert "surrogates not allowed" in r.trajectory[0].tool_results[0].text
+    assert "raw \ufffd\ufffd\ufffd bytes" in r.trajectory[1].tool_results[0].text
+    (row,) = read_results(run / "results.jsonl")
+    assert row == r.result
+    traj = run / str(row.trajectory_path)
+    traj.read_bytes().decode()  # UTF-8 throughout: the surrogate is kept as its JSON escape
+    assert len(ReplayModel.load(traj).steps) == 3
+    # Replayed, the recorded replies (the surrogate among them) reach the agent again and it runs the
+    # same commands: each call's conversation matches the recording, or the replay would end in error.
+    replay = {**SCRIPTED, "replay": {"run": str(run)}}
+    again = anyswe.rollout("demo__calc-1", dataset="demo", agent=MINI, model=replay, provider="docker")
+    assert (again.error_kind, again.exit_reason, again.trajectory_errors) == (None, "submitted", [])
+    assert [s.reply.tool_calls[0].arguments["command"] for s in again.trajectory[:2] if s.reply] == steps
+
+    report = subprocess.run(
+        [sys.executable, "-m", "anyswe", "report", str(run), "-o", str(tmp_path / "r.html")],
+        capture_output=True,
+        text=True,
+    )
+    assert report.returncode == 0 and not report.stderr, report.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "lone \\\\ud800 here" in page and "could not be read" not in page  # the step, as JSON in the page
+
+    lines = traj.read_bytes().splitlines(keepends=True)
+    traj.write_bytes(lines[0] + lines[1][:40] + b"\xff\xfe" + lines[1][40:] + lines[2][:60] + b"\n" + lines[2][:30])
+    report = subprocess.run(
+        [sys.executable, "-m", "anyswe", "report", str(run), "-o", str(tmp_path / "r.html")],
+        capture_output=True,
+        text=True,
+    )
+    assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
+    page = (tmp_path / "r.html").read_text()
+    for where in (":2: not UTF-8 (byte 0xff at column 41)", ":3: not JSON", ":4: a line cut short"):
+        assert f"trajectory.jsonl{where}" in page and f"trajectory.jsonl{where}" in report.stderr, where
+    assert "lone \\\\ud800 here" in page  # the line that could be read is still shown
+
+
+def test_mini_swe_agents_transcript_is_kept_within_its_cap() -> None:
+    """Issue 31, item 7: mini-swe-agent keeps each command's whole output in its transcript (two steps
+    of 16 MiB made 35.7 MB on the host). Two steps printing 2 MB each, through the gateway and a real
+    sandbox, give a transcript within the agent's cap: still JSON, every message there, each long
+    output its head and tail, and the cut recorded in the transcript and in the task's log."""
+    script = {"steps": ["head -c 2000000 /dev/zero | tr '\\0' a; echo END", "head -c 2000000 /dev/zero | tr '\\0' b"]}
+    cap = 256 * 1024
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "demo__calc-1.json").write_text(json.dumps(script))
+        model = {**SCRIPTED, "script": tmp}
+        agent = {**MINI, "transcript_bytes": cap}
+        r = anyswe.rollout("demo__calc-1", dataset="demo", agent=agent, model=model, provider="docker")
+    assert (r.error_kind, r.exit_reason) == (None, "submitted")
+    text = r.files["agent-mini-swe-agent.traj.json"]
+    assert len(text.encode()) <= cap
+    transcript = json.loads(text)
+    assert "over its 262144-byte cap" in transcript["info"]["anyswe_cut"]
+    outputs = [m["extra"]["raw_output"] for m in transcript["messages"] if "raw_output" in m.get("extra", {})]
+    assert len(outputs) == 2  # both long outputs, and the run's end after them: no message lost
+    assert transcript["messages"][-1]["extra"]["exit_status"] == "Submitted"
+    first = outputs[0]
+    assert first.startswith("aaaa") and first.endswith("aaaaEND\n") and "characters cut here" in first
+    assert "mini-swe-agent's transcript cut: the transcript was" in r.files["agent.log"]

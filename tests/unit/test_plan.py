@@ -224,3 +224,16 @@ def test_an_id_leading_out_of_the_run_is_refused_before_anything_is_written(tmp_
     assert not escape.exists()
     assert {p.name for p in tmp_path.iterdir()} <= {"rows.jsonl", "s.yaml", "out"}
     assert not (tmp_path / "out" / "tasks").exists()
+
+
+def test_a_result_neutral_agent_field_leaves_the_keys_as_they_were(tmp_path: Path) -> None:
+    """mini-swe-agent's transcript cap (issue 31, item 7) cannot change a result: adding it kept the
+    keys of tasks already run (the key below is the one from before the field existed), and setting it
+    runs nothing again; a field that can change a result still changes the key."""
+    base = BASE.replace("  coder: {type: needs-model}\n", "  mini: {type: mini-swe-agent}\n")
+    path = spec_from(tmp_path, base=base.replace("limit: 3", "instance_ids: [demo__calc-1]"))
+    same = ["matrix.agents=[mini]", "matrix.models=[m1]", "matrix.providers=[d]"]
+    first = keys_of(path, *same)
+    assert first == ["503f0ecffcf74999__demo__calc-1"]
+    assert keys_of(path, *same, "agents.mini.transcript_bytes=100000") == first
+    assert keys_of(path, *same, "agents.mini.step_limit=3") != first

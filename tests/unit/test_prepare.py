@@ -88,6 +88,18 @@ def test_demo_rows_written_and_edited_drive_the_demo_tasks(tmp_path: Path) -> No
     assert plan.dataset.builds_images and plan.instance(rows[0]["instance_id"]).patch == "broken on purpose"
 
 
+def test_a_row_holding_a_lone_surrogate_is_written_and_reads_back(tmp_path: Path) -> None:
+    """Issue 31, item 4: JSON rows can say \\ud800; the selection writes it as its escape (UTF-8)."""
+    source = tmp_path / "rows.jsonl"
+    rows = [dict(prepare_dataset("demo-swebench").rows[0])]
+    rows[0]["problem_statement"] = "fix \ud800 é"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out.jsonl"
+    prepare_dataset(str(source)).write(out)
+    (line,) = out.read_bytes().decode().splitlines()  # strict UTF-8
+    assert json.loads(line)["problem_statement"] == "fix \ud800 é" and "é" in line
+
+
 def _exclusions(tmp_path: Path, ids: list[str]) -> Path:
     path = tmp_path / "exclusions.yaml"
     ExclusionList(

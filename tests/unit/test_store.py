@@ -133,6 +133,23 @@ def test_a_task_whose_output_cannot_be_written_is_recorded_as_its_own_error(tmp_
     assert second.key == "b" and (tmp_path / "tasks" / "b" / "patch.diff").read_text() == "fine"
 
 
+def test_a_surrogate_in_reported_text_is_replaced_and_the_sample_kept(tmp_path: Path) -> None:
+    """Issue 31, item 4: an error message or a log holding a surrogate code point (JSON an agent or a
+    model wrote can say one) is written with U+FFFD in its place, not lost as an internal error; the
+    row the caller gets back is the row written, and it makes a table."""
+    from anyswe.execute.local import record
+    from anyswe.execute.unit import TaskOutput
+
+    said = result("a", error="agent said \ud800 and \ud83d\ude00", flags=["x\udfff"], resolved=True, reward=1.0)
+    with RunStore(tmp_path) as store:
+        recorded = record(store, TaskOutput(said, {"agent.log": "log \udc80", "patch.diff": "diff"}))
+    (row,) = read_results(tmp_path / "results.jsonl")
+    assert row == recorded and (row.error_kind, row.resolved, row.reward) == (None, True, 1.0)
+    assert (row.error, row.flags) == ("agent said \ufffd and \U0001f600", ["x\ufffd"])
+    assert (tmp_path / "tasks" / "a" / "agent.log").read_text() == "log \ufffd"
+    assert results_frame([row]).height == 1
+
+
 @pytest.mark.parametrize("key", ["../x", "..", "a/b", "/etc", ".lock", ""])
 def test_task_dir_refuses_a_key_that_leads_outside_tasks(tmp_path: Path, key: str) -> None:
     with RunStore(tmp_path / "run") as store, pytest.raises(ResultsError, match="cannot name a directory"):

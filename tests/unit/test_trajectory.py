@@ -6,18 +6,30 @@ the agent then saw, usage and latency. Rows written before the contract read the
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from anyswe.errors import ResultsError
 from anyswe.gateway import Gateway
+from anyswe.gateway.grants import Grant
 from anyswe.gateway.replay import ReplayModel
 from anyswe.gateway.scripted import ScriptedModel
-from anyswe.gateway.trajectory import CONVERSATION_FIELDS, SCHEMA_VERSION, Step, read_trajectory
-from anyswe.gateway.wire import Conversation, Reply, ToolCall, Usage
+from anyswe.gateway.trajectory import (
+    CONVERSATION_FIELDS,
+    SCHEMA_VERSION,
+    Answered,
+    Refused,
+    Step,
+    read_trajectory,
+    record_line,
+)
+from anyswe.gateway.wire import Conversation, Message, Reply, ToolCall, Usage
 from anyswe.model import PriceSpec
 
 STEPS = ["ls /testbed", "sed -i 's/a/b/' /testbed/x.py"]
@@ -171,8 +183,62 @@ def test_rows_written_before_the_contract_read_as_steps(tmp_path: Path) -> None:
 def test_a_corrupt_line_names_the_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text('{"time": 1}\nnot json\n{"time": 2}\n')
-    with pytest.raises(ResultsError, match=r"t.jsonl:2: corrupt line"):
+    with pytest.raises(ResultsError, match=r"t.jsonl:2: not JSON"):
         read_trajectory(path)
+
+
+def test_every_unreadable_line_is_a_located_problem_and_the_rest_is_read(tmp_path: Path) -> None:
+    """Issue 31, item 4: bytes that are not UTF-8, a line cut short (in the middle and at the end), JSON
+    that is not a step: each is named by file and line, and every other step is still read; without a
+    list to put them in, the first is raised (a replay must not serve a recording with a hole in it)."""
+    good = json.dumps({"schema_version": 1, "reply": {"text": "ok"}}).encode()
+    not_a_step = b'{"schema_version": 1, "index": "x"}'
+    lines = [good, good[:20] + b"\xff\xfe" + good[20:], good[:25], b"[1, 2]", not_a_step, good]
+    path = tmp_path / "trajectory.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n" + good[:30])
+    problems: list[str] = []
+    steps = read_trajectory(path, problems=problems)
+    assert [s.reply.text for s in steps if s.reply] == ["ok", "ok"]
+    assert problems == [
+        f"{path}:2: not UTF-8 (byte 0xff at column 21)",
+        f"{path}:3: not JSON (Unterminated string starting at: column 23)",
+        f"{path}:4: not a step (a JSON list, not an object)",
+        f"{path}:5: not a step (index: Input should be a valid integer, unable to parse string as an integer)",
+        f"{path}:7: a line cut short",
+    ]
+    with pytest.raises(ResultsError, match=r"trajectory.jsonl:2: not UTF-8"):
+        read_trajectory(path)
+
+
+# Any text, surrogate code points (which JSON can say, and a model or an agent can send) most of all;
+# a high and a low one in a row too. (st.text drops surrogates from any alphabet it is given.)
+SURROGATE_PAIR = st.just("\ud83d\ude00")
+TEXT = st.lists(st.one_of(st.characters(), st.characters(categories=["Cs"]), SURROGATE_PAIR)).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=TEXT)
+def test_any_text_the_gateway_records_reads_back(text: str) -> None:
+    """Whatever text a call holds, its trajectory line is UTF-8 and reads back as the same text (as JSON
+    reads it: a high and a low surrogate escaped in a row are the one character they stand for)."""
+    grant = Grant(key="t", model="m", upstream=ScriptedModel([]))
+    call = ToolCall(text, text, {text: text, "n": [text]})
+    conv = Conversation(model="m", messages=[Message("user", text), Message("assistant", text, [call])])
+    reply = Reply(text=text, tool_calls=[call], reasoning=text)
+    body = {"model": "m", "messages": [], text: text}
+    lines = record_line(grant, Answered("openai-chat", body, conv, reply, 0.1, 1.0, seq=0))
+    lines += record_line(grant, Refused(why=text, request_bytes=1, time=2.0))
+    lines.decode()  # strict: UTF-8 only
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trajectory.jsonl"
+        path.write_bytes(lines)
+        step, refused = read_trajectory(path)
+    same = json.loads(json.dumps(text))
+    read = ToolCall(same, same, {same: same, "n": [same]})
+    assert step.reply is not None and (step.reply.text, step.reply.reasoning) == (same, same)
+    assert [(c.id, c.name, c.arguments) for c in step.reply.tool_calls] == [(read.id, read.name, read.arguments)]
+    assert [(m.role, m.text) for m in step.messages] == [("user", same), ("assistant", same)]
+    assert step.request == {"model": "m", same: same} and refused.refused == same
 
 
 class Thinking:
