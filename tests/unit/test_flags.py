@@ -72,9 +72,12 @@ def test_each_flag_on_its_own(verified: dict[str, dict[str, str]]) -> None:
 def test_flags_are_counted_per_cell_and_old_rows_read_as_unchecked() -> None:
     base = {"schema_version": SCHEMA_VERSION, "cell": "c", "agent": "a", "provider": "p", "instance_id": "i"}
     rows = [
-        parse_row({**base, "key": "1", "flags": ["conftest"], "resolved": True}, "r:1"),
-        parse_row({**base, "key": "2", "flags": []}, "r:2"),
-        parse_row({"schema_version": 5, **{k: v for k, v in base.items() if k != "schema_version"}, "key": "3"}, "r:3"),
+        parse_row({**base, "key": f"{1:016x}__i", "flags": ["conftest"], "resolved": True}, "r:1"),
+        parse_row({**base, "key": f"{2:016x}__i", "flags": []}, "r:2"),
+        parse_row(
+            {"schema_version": 5, **{k: v for k, v in base.items() if k != "schema_version"}, "key": f"{3:016x}__i"},
+            "r:3",
+        ),
     ]
     assert [r.flags for r in rows] == [["conftest"], [], None]
     frame = pl.DataFrame([r.model_dump(mode="json") for r in rows], schema=polars_schema())
