@@ -269,13 +269,17 @@ def _old_row(row: dict[str, Any], index: int) -> Step:
     return step
 
 
-def read_trajectory(path: str | Path, transcripts: Mapping[str, str] | None = None) -> list[Step]:
+def read_trajectory(
+    path: str | Path, transcripts: Mapping[str, str] | None = None, *, text: str | None = None
+) -> list[Step]:
     """Every step of a trajectory file, old rows included, with each step's ``tool_results`` (the tool
     messages the next call brought, and what an agent's own transcript adds: ``transcripts``, a task's
-    files by name, else those beside ``path``) and old rows' ``messages`` cut to what was new."""
+    files by name, else those beside ``path``) and old rows' ``messages`` cut to what was new.
+    ``text``: the file's text, already read (by a reader that does not follow links); ``path`` then
+    only names it in errors."""
     p = Path(path)
     try:
-        lines = p.read_text().splitlines()
+        lines = (p.read_text() if text is None else text).splitlines()
     except OSError as exc:
         raise ResultsError(f"cannot read the trajectory {p}: {exc}") from None
     steps: list[Step] = []
