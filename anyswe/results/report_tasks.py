@@ -69,7 +69,7 @@ def _steps(run: Path, key: str, row: dict[str, Any]) -> list[dict[str, Any]]:
     transcripts = {n: t for n in TRANSCRIPTS if (t := _file(run, str(beside / n))) is not None}
     try:
         steps = read_trajectory(run / rel, transcripts, text=text)
-    except ResultsError:
+    except (ResultsError, ValueError):  # a corrupt line; a step that does not validate (pydantic's error)
         return []
 
     def msg(m: Any) -> list[Any]:

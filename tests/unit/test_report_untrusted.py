@@ -105,3 +105,11 @@ def test_a_field_of_the_wrong_json_type_is_an_error_never_true(tmp_path: Path, f
     good = write_run(tmp_path / "good", row(resolved=True, exit_reason="submitted", time_total=2))
     (result,) = read_results(good / "results.jsonl")
     assert result.resolved is True and result.exit_reason == "submitted" and result.time_total == 2.0
+
+
+def test_a_trajectory_that_does_not_validate_draws_no_steps(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", row())
+    bad = {"schema_version": 1, "protocol": "openai-chat", "messages": "not a list"}
+    (task_dir(run) / "trajectory.jsonl").write_text(json.dumps(bad) + "\n")
+    start = (html := render_report(run)).index('id="task-data">') + len('id="task-data">')
+    assert json.loads(html[start : html.index("</script>", start)])[KEY]["steps"] == []
