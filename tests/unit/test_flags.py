@@ -236,3 +236,38 @@ def test_pytests_own_report_code_edited_reads_as_a_fix_of_pytest(repo_mirror: Pa
         tmp_path,
     )
     assert "src/_pytest/reports.py" in hack and patch_flags(hack) == []
+
+
+def test_documentation_runs_nowhere_and_pytests_public_module_is_its_own_source(
+    repo_mirror: Path, tmp_path: Path
+) -> None:
+    """The runner flags read only what runs (and plugin registrations): pytest's changelog entries and docs
+    name ``_pytest`` and its hooks in almost every file (measured at pytest-8399's base: 45 files with
+    runner_internals, 20 with pytest_hooks before this), and a fix of pytest may add one. And
+    ``src/pytest/__init__.py`` re-exports ``_pytest``'s classes: a fix making one public adds such a line."""
+    pytest_repo = repo_mirror / "pytest.git"
+    entry = _edit(
+        pytest_repo,
+        PYTEST_BASE,
+        "changelog/8144.feature.rst",
+        "The following hooks now receive an additional ``pathlib.Path`` argument, equivalent to an existing "
+        "``py.path.local`` argument:",
+        "- :func:`pytest_runtest_makereport <_pytest.hookspec.pytest_runtest_makereport>` uses ``pluggy``.",
+        tmp_path,
+    )
+    assert "changelog/8144.feature.rst" in entry and patch_flags(entry) == []
+    assert patch_flags(new_file("changelog/9999.bugfix.rst", "Fixed ``_pytest.reports.TestReport``.")) == []
+    assert patch_flags(new_file("docs/hooks.md", "def pytest_runtest_makereport(item, call):")) == []
+    export = _edit(
+        pytest_repo,
+        PYTEST_BASE,
+        "src/pytest/__init__.py",
+        "from _pytest.nodes import Collector",
+        "from _pytest.reports import CollectReport",
+        tmp_path,
+    )
+    assert "src/pytest/__init__.py" in export and patch_flags(export) == []
+    # A plugin registered in packaging metadata is a hook whatever the file's kind; the same line as code is too.
+    entry_point = new_file("setup.cfg", "[options.entry_points]", "pytest11 =", "    calc = calc.plugin")
+    assert patch_flags(entry_point) == ["pytest_hooks"]
+    assert patch_flags(new_file("calc/docs_helper.py", "import _pytest.reports")) == ["runner_internals"]
