@@ -14,6 +14,9 @@ from anyswe.results.report import write_report
 from anyswe.results.schema import TaskResult
 
 HOSTILE = "<!--<script>"
+#: Text that would run as the page's script if it ever left its JSON: it marks the body, which the test
+#: looks for (an alert would not show in a dumped DOM). Escaping only ``</`` kept this one out, not HOSTILE.
+INJECTED = "</script><script>document.body.dataset.injected='1'</script>"
 
 
 def step(text: str) -> dict[str, object]:
@@ -45,7 +48,7 @@ def test_a_report_with_script_text_in_its_run_opens_a_task_and_follows_no_link(
         d = run / "tasks" / key
         d.mkdir(parents=True)
         (d / "patch.diff").write_text(f"diff --git a/calc.py b/calc.py\n+# {HOSTILE} in the patch {n}\n")
-        (d / "trajectory.jsonl").write_text(json.dumps(step(f"model says {HOSTILE} {n}")) + "\n")
+        (d / "trajectory.jsonl").write_text(json.dumps(step(f"model says {HOSTILE} {n} {INJECTED}")) + "\n")
         os.symlink(secret, d / "test_output.txt")
         row = {"key": key, "cell": "a.m.docker", "agent": "a", "model": "m", "provider": "docker", "instance_id": iid}
         row |= {"error": f"error {HOSTILE}", "trajectory_path": f"tasks/{key}/trajectory.jsonl"}
@@ -53,15 +56,18 @@ def test_a_report_with_script_text_in_its_run_opens_a_task_and_follows_no_link(
     (run / "results.jsonl").write_text("\n".join(lines) + "\n")
     out = write_report(run, tmp_path / "report.html")
     page = out.read_text()
-    assert HOSTILE not in page and "hunter2" not in page
+    assert HOSTILE not in page and INJECTED not in page and "hunter2" not in page
 
     last = f"{1:016x}__demo__leap-5"
     dom = browse(f"{out.as_uri()}#task={last}&step=0", screenshot="report-untrusted")
     assert 'data-ready="1"' in dom  # the page's own script ran
+    assert "data-injected" not in dom  # and no script from the run's text did
     opened = dom[dom.index(f'data-key="{last}"') :]
     assert 'data-drawn="1"' in opened and dom.count('data-drawn="1"') == 1
     # The text is on the page as text (the DOM serialises it escaped), never as markup.
     shown = HOSTILE.replace("<", "&lt;").replace(">", "&gt;")
-    for text in (f"model says {shown} 1", f"{shown} in the patch 1", f"reasoning {shown} too", f"error {shown}"):
+    closed = INJECTED.replace("<", "&lt;").replace(">", "&gt;")
+    texts = (f"model says {shown} 1 {closed}", f"{shown} in the patch 1", f"reasoning {shown} too", f"error {shown}")
+    for text in texts:
         assert text in opened, text
     assert "hunter2" not in dom and "test_output.txt not copied: it is a symbolic link" in opened
