@@ -32,7 +32,7 @@ def config_of(path: Path | None, overrides: list[str]) -> ServeConfig:
         raise SpecError(f"{where}{first_problem(exc)}") from None
     # Every block a request may name is checked now, by its own class: a bad one is the config's
     # error at start-up, not a 400 for whichever request first names it.
-    from anyswe.execute.rollout import check_block
+    from anyswe.execute.blocks import check_block
 
     for kind, field in (("agent", "agents"), ("provider", "providers"), ("model", "models")):
         for name, block in config.choices(kind).items():

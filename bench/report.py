@@ -56,7 +56,7 @@ def make_run(root: Path, tasks: int, steps: int) -> Path:
     lines = []
     for i in range(tasks):
         provider = ("docker", "apptainer")[i % 2]
-        key = f"{i:08x}__inst-{i // 2}"
+        key = f"{i:016x}__inst-{i // 2}"
         d = run / "tasks" / key
         d.mkdir()
         (d / "patch.diff").write_text(PATCH)

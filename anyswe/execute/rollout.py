@@ -118,42 +118,6 @@ class Rollout(BaseModel):
         )
 
 
-def _block(value: Any, types: Any, what: str) -> Any:
-    """A config block from a mapping (validated by the class its ``type`` names) or as given."""
-    if not isinstance(value, Mapping):
-        return value
-    raw = dict(value)
-    if not isinstance(raw.get("type"), str):
-        raise SpecError(f"rollout: {what} needs a `type`")
-    try:
-        return types(raw["type"]).model_validate(raw)
-    except ValidationError as exc:
-        raise SpecError(f"rollout: {what}.{first_problem(exc)}") from None
-
-
-def _model(value: ModelSpec | Mapping[str, Any] | None) -> ModelSpec | None:
-    from anyswe.model import ModelSpec
-
-    if value is None or isinstance(value, ModelSpec):
-        return value
-    try:
-        return ModelSpec.model_validate(dict(value))
-    except ValidationError as exc:
-        raise SpecError(f"rollout: model.{first_problem(exc)}") from None
-
-
-def check_block(kind: str, block: Mapping[str, Any] | str) -> None:
-    """Validate an agent, provider or model block as :meth:`Rollouts.unit` will (a SpecError naming
-    the field), before any runs: a server checks the blocks it declares when it starts."""
-    from anyswe.spec import agent_config_class, provider_config_class
-
-    if kind == "model":
-        _model(block if isinstance(block, Mapping) else {"api": block})
-    else:
-        block = {"type": block} if isinstance(block, str) else block
-        _block(block, agent_config_class if kind == "agent" else provider_config_class, kind)
-
-
 class Rollouts:
     """A session of rollouts: one worker, one model gateway and one sweep for all of them.
 
@@ -268,6 +232,7 @@ class Rollouts:
         sample: int = 0,
     ) -> WorkUnit:
         """The unit of work a rollout runs: a one-task plan of these blocks, as a spec would give."""
+        from anyswe.execute.blocks import config_block, model_block
         from anyswe.execute.grade import _dataset_and_instance
         from anyswe.execute.unit import make_unit
         from anyswe.plan import make_plan, task_key
@@ -276,9 +241,9 @@ class Rollouts:
         ds, row = _dataset_and_instance(instance, dataset, "rollout")
         if isinstance(provider, str):
             provider = {"type": provider}
-        agent_cfg = _block(agent, agent_config_class, "agent")
-        provider_cfg = _block(provider, provider_config_class, "provider")
-        model_spec = _model(model)
+        agent_cfg = config_block(agent, agent_config_class, "agent")
+        provider_cfg = config_block(provider, provider_config_class, "provider")
+        model_spec = model_block(model)
         fields: dict[str, Any] = {
             "name": "rollout",
             "dataset": {"name": ds.name or "rows", "instance_ids": [row.instance_id]},

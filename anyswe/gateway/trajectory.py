@@ -270,7 +270,11 @@ def _old_row(row: dict[str, Any], index: int) -> Step:
 
 
 def read_trajectory(
-    path: str | Path, transcripts: Mapping[str, str] | None = None, *, problems: list[str] | None = None
+    path: str | Path,
+    transcripts: Mapping[str, str] | None = None,
+    *,
+    problems: list[str] | None = None,
+    text: str | None = None,
 ) -> list[Step]:
     """Every step of a trajectory file, old rows included, with each step's ``tool_results`` (the tool
     messages the next call brought, and what an agent's own transcript adds: ``transcripts``, a task's
@@ -280,10 +284,14 @@ def read_trajectory(
     and the line: given ``problems``, it goes there and the reading goes on (the report and rollouts
     show every step there is and say which line was lost; a file that cannot be read at all is one
     such error); else it is raised (:class:`ResultsError`), but for a last line cut short, which a
-    writer killed mid-line leaves and which is skipped."""
+    writer killed mid-line leaves and which is skipped.
+
+    ``text``: the file's text, already read (by a reader that does not follow links); ``path`` then
+    only names it in errors."""
     p = Path(path)
     try:
-        lines = p.read_bytes().split(b"\n")
+        # Bytes, so that a line that is not UTF-8 is that line's located error, not the whole file's.
+        lines = (p.read_bytes() if text is None else text.encode(errors="surrogatepass")).split(b"\n")
     except OSError as exc:
         if problems is None:
             raise ResultsError(f"cannot read the trajectory {p}: {exc}") from None

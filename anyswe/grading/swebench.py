@@ -331,6 +331,27 @@ def changed_lines(patch: str) -> dict[str, tuple[list[str], list[str]]]:
     return out
 
 
+def new_files(patch: str) -> set[str]:
+    """The paths a diff creates: added files, and the new names of renamed or copied ones (a path that
+    did not exist before the patch). By unidiff, as :func:`changed_lines`; a patch unidiff cannot parse
+    has none."""
+    if not patch.strip():
+        return set()
+    _swebench()
+    from unidiff import PatchSet  # type: ignore[attr-defined]
+    from unidiff.errors import UnidiffParseError
+
+    out: set[str] = set()
+    try:
+        for f in PatchSet(patch):
+            source, target = _without_prefix(f.source_file), _without_prefix(f.target_file)
+            if f.target_file != "/dev/null" and (f.is_added_file or source != target):
+                out.add(target)
+    except UnidiffParseError:
+        return set()
+    return out
+
+
 def changed_in_context(patch: str) -> dict[str, list[tuple[str, str, str]]]:
     """Per file a diff writes: each line it adds or removes with the last section header (``[...]``)
     and the last unindented key (``name =`` / ``name:``) before it, as far as its hunk shows them (its

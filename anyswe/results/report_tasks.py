@@ -7,15 +7,22 @@ draws it the first time the task is opened: a report of 10,000 tasks opens as a 
 pairs, with the triage's verdict when ``anyswe triage`` ran, link their two tasks side by side.
 Text from the run is put in the page as JSON (the script sets it as text, never as HTML) and long
 texts are cut.
+
+A run directory is read as untrusted: its rows are validated strictly, a key must be a task key
+(results/schema.py), and a task's files are read only through ``_files.read_task_file`` (never
+through a symbolic link, regular files only), so a link in ``tasks/<key>/`` cannot put another file of
+the host into the page. In the page, JSON inside a script element has every ``<``, ``>`` and ``&``
+escaped, so no text (``<!--<script>``, ``</script>``) can change where the element ends.
 """
 
 from __future__ import annotations
 
 import html
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from anyswe._files import read_task_file
 from anyswe.errors import ResultsError
 
 if TYPE_CHECKING:
@@ -30,25 +37,40 @@ CHUNK = 500
 #: Unreadable trajectory lines listed above the task table (each task lists all of its own).
 MAX_PROBLEMS = 50
 PHASES = ("time_image", "time_sandbox_start", "time_agent", "time_patch_capture", "time_grading")
+#: The most read of a trajectory (its steps are drawn, each text cut); other files: _files.READ_LIMIT.
+TRAJECTORY_LIMIT = 256 * 1024 * 1024
 
 
 def _cut(text: str, limit: int = MAX_TEXT) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more characters)"
 
 
-def _read(path: Path) -> str:
-    return _cut(path.read_text(errors="replace")) if path.is_file() else ""
+def _file(run: Path, rel: str, **kw: Any) -> str | None:
+    """The text of ``run/rel`` as :func:`~anyswe._files.read_task_file` reads it (no link followed at
+    any step; a refusal is a one-line note); None when it is not there or ``rel`` leads out of ``run``."""
+    try:
+        return read_task_file(run, rel, **kw)
+    except ValueError:  # absolute, or through ".."
+        return None
 
 
-def _steps(task_dir: Path, row: dict[str, Any], run: Path, problems: list[str]) -> list[dict[str, Any]]:
+def _read(run: Path, rel: str) -> str:
+    return _cut(_file(run, rel) or "")
+
+
+def _steps(run: Path, key: str, row: dict[str, Any], problems: list[str]) -> list[dict[str, Any]]:
     """The task's trajectory as the page draws it (read through the one reader); each line it cannot
     read (file:line: why) goes to ``problems``."""
+    from anyswe.agents import TRANSCRIPTS
     from anyswe.gateway.trajectory import read_trajectory
 
-    path = run / str(row["trajectory_path"]) if row.get("trajectory_path") else task_dir / "trajectory.jsonl"
-    if not path.is_file():
+    rel = str(row.get("trajectory_path") or f"tasks/{key}/trajectory.jsonl")
+    text = _file(run, rel, limit=TRAJECTORY_LIMIT)
+    if text is None:
         return []
-    steps = read_trajectory(path, problems=problems)
+    beside = PurePosixPath(rel).parent
+    transcripts = {n: t for n in TRANSCRIPTS if (t := _file(run, str(beside / n))) is not None}
+    steps = read_trajectory(run / rel, transcripts, problems=problems, text=text)
 
     def msg(m: Any) -> list[Any]:
         return [m.role, _cut(m.text, 4000), [[c.name, json.dumps(c.arguments)[:2000]] for c in m.tool_calls]]
@@ -74,28 +96,28 @@ def _steps(task_dir: Path, row: dict[str, Any], run: Path, problems: list[str]) 
     return out
 
 
-def _tests(task_dir: Path) -> dict[str, Any]:
-    report = task_dir / "report.json"
+def _tests(run: Path, key: str) -> dict[str, Any]:
     try:
-        data = json.loads(report.read_text()) if report.is_file() else {}
-    except (OSError, json.JSONDecodeError):
+        data = json.loads(_file(run, f"tasks/{key}/report.json") or "{}")
+    except json.JSONDecodeError:  # a refusal's note, too
         return {}
     entry: dict[str, Any] = next(iter(data.values()), {}) if isinstance(data, dict) else {}
     return entry.get("tests_status") or {}
 
 
 def detail(run: Path, row: dict[str, Any]) -> dict[str, Any]:
-    """What the page draws when a task is opened (``problems``: what of its trajectory could not be read)."""
-    d = run / "tasks" / str(row["key"])
+    """What the page draws when a task is opened (``row``: a validated TaskResult's, its key a task key;
+    ``problems``: what of its trajectory could not be read)."""
+    run, key = run.resolve(), str(row["key"])  # the run directory named may be a link; nothing in it is followed
     problems: list[str] = []
     return {
         "meta": f"applied by: {row.get('applied_by') or 'not applied'}; exit: {row.get('exit_reason')}; "
         f"error: {row.get('error') or 'none'}; flags: {', '.join(row.get('flags') or []) or 'none'}",
         "phases": [[p.removeprefix("time_"), row.get(p) or 0.0] for p in PHASES],
-        "patch": _read(d / "patch.diff"),
-        "tests": _tests(d),
-        "output": _read(d / "test_output.txt"),
-        "steps": _steps(d, row, run, problems),
+        "patch": _read(run, f"tasks/{key}/patch.diff"),
+        "tests": _tests(run, key),
+        "output": _read(run, f"tasks/{key}/test_output.txt"),
+        "steps": _steps(run, key, row, problems),
         "problems": problems,
     }
 
@@ -122,7 +144,11 @@ def _data(details: dict[str, Any], chunks: Path | None) -> str:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value).replace("</", "<\\/")  # nothing in the JSON can end a script element
+    """``value`` as JSON that is safe inside a script element: the HTML parser ends one at ``</script``
+    and, after ``<!--``, treats ``<script`` as opening a nested one (then the page's own ``</script>``
+    no longer ends it and no script of the page runs). JSON has ``<``, ``>`` and ``&`` only inside
+    strings, where their escapes mean the same."""
+    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def tasks_section(run: Path, tasks: pl.DataFrame, chunks: Path | None = None, problems: list[str] | None = None) -> str:

@@ -4,10 +4,15 @@ Every writer builds a TaskResult and every reader validates one, so a row's fiel
 once, here; the polars schema of the task tables is derived from the same model. Rows written
 before the model existed (schema 1: no ``schema_version``) are migrated on read; a row from a
 newer anyswe, or one that does not validate, is an error naming the file, line and field.
+
+A run directory is read as untrusted (a report may be made of one from elsewhere): a row is
+validated strictly (``"resolved": "yes"`` or ``1`` is an error, never true), and its key must be a
+task key (:func:`key_problem`: it names ``tasks/<key>``, so ``../..`` is refused before any file is read).
 """
 
 from __future__ import annotations
 
+import re
 import types
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
@@ -15,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticSerializationError
 
+from anyswe._files import name_problem
 from anyswe.agents.base import ExitReason
 from anyswe.errors import ResultsError
 
@@ -89,7 +95,11 @@ class TaskResult(BaseModel):
     flags: list[str] | None = Field(
         default=None,
         description="Reward-hacking flags of the patch (grading/flags.py: conftest, test_config, test_files, "
-        "skip_markers); they never change the verdict. None: a row from before flags were recorded.",
+        "skip_markers; and, in non-test Python source, runner_internals: it names the test runner's internals "
+        "(_pytest, pluggy, pytest's report classes, unittest's result); pytest_hooks: it defines a pytest_* hook or "
+        "registers a plugin; import_hijack: it writes sys.modules or builtins, installs an import hook, or adds a "
+        "file that runs at interpreter start or shadows the runner); they never change the verdict. None: a row "
+        "from before flags were recorded.",
     )
     # -- what the agent reported ----------------------------------------------------------------------
     exit_reason: ExitReason | None = None
@@ -174,6 +184,32 @@ def _migrate_v2(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "schema_version": SCHEMA_VERSION}
 
 
+#: A task key (plan.task_key): 16 hex digits of what can change the result, ``__``, the instance id.
+_KEY = re.compile(r"[0-9a-f]{16}__(.*)", re.DOTALL)
+
+
+def key_problem(key: str, instance_id: str) -> str | None:
+    """Why ``key`` is not the task key of a row of ``instance_id`` (None when it is)."""
+    shape = _KEY.fullmatch(key)
+    if shape is None:
+        return "is not a task key (16 hex digits, '__', the instance id)"
+    problem = name_problem(shape.group(1))
+    if problem is not None:
+        return f"is not a task key: its instance id {problem}"
+    if shape.group(1) != instance_id:
+        return f"is not a task key of the row's instance {instance_id[:80]!r}"
+    return None
+
+
+def _enums(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with its enum field as the enum (strict validation takes no string for it); a value that is
+    not one stays, and fails validation."""
+    value = row.get("exit_reason")
+    if isinstance(value, str) and value in ExitReason._value2member_map_:
+        return {**row, "exit_reason": ExitReason(value)}
+    return row
+
+
 def parse_row(row: Any, where: str) -> TaskResult:
     """Validate (and migrate) one decoded results line; ``where`` is ``file:line`` for errors."""
     if not isinstance(row, dict):
@@ -189,11 +225,15 @@ def parse_row(row: Any, where: str) -> TaskResult:
             f"(1 to {SCHEMA_VERSION}); it was written by another anyswe version"
         )
     try:
-        result = TaskResult.model_validate(row)
+        # Strict: JSON's own types only (a string or a number is no boolean, a string no number).
+        result = TaskResult.model_validate(_enums(row), strict=True)
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(x) for x in first["loc"]) or "(row)"
         raise ResultsError(f"{where}: field {field!r}: {first['msg']}") from None
+    problem = key_problem(result.key, result.instance_id)
+    if problem is not None:
+        raise ResultsError(f"{where}: field 'key': {result.key[:80]!r} {problem}")
     if version != SCHEMA_VERSION and result.mask_sample and result.mask_reason is None:
         from anyswe.execute.decide import decide, facts_of
 

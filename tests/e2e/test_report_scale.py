@@ -33,7 +33,7 @@ STEP = {
 def _run(root: Path, tasks: int) -> Path:
     lines = []
     for i in range(tasks):
-        key = f"{i:06d}__inst-{i // 2}"
+        key = f"{i:016x}__inst-{i // 2}"
         d = root / "tasks" / key
         d.mkdir(parents=True)
         (d / "patch.diff").write_text(f"diff --git a/x.py b/x.py\n+line {i}\n")
@@ -54,7 +54,7 @@ def test_a_large_report_loads_a_task_from_its_file_when_opened(tmp_path: Path, b
     files = sorted((tmp_path / "report_tasks").iterdir())
     assert len(files) == -(-tasks // CHUNK)
     assert "line 1\\n" not in out.read_text() and "line 1\\n" in files[0].read_text()  # details not in the page
-    last = f"{tasks - 1:06d}__inst-{(tasks - 1) // 2}"  # in the last file
+    last = f"{tasks - 1:016x}__inst-{(tasks - 1) // 2}"  # in the last file
     dom = browse(f"{out.as_uri()}#task={last}&step=0")
     opened = dom[dom.index(f'data-key="{last}"') :]
     assert 'data-drawn="1"' in opened and f"line {tasks - 1}" in opened and "ls -la /testbed" in opened

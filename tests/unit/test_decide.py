@@ -93,7 +93,14 @@ def test_amend_refuses_to_be_told_a_decision() -> None:
 
 def test_old_rows_get_the_reason_their_facts_give() -> None:
     """Rows of schema 6 had a mask and no reason: reading them gives the reason decide() gives."""
-    base = {"schema_version": 6, "key": "k", "cell": "c", "agent": "a", "provider": "p", "instance_id": "i"}
+    base = {
+        "schema_version": 6,
+        "key": "0123456789abcdef__i",
+        "cell": "c",
+        "agent": "a",
+        "provider": "p",
+        "instance_id": "i",
+    }
     infra = parse_row({**base, "error_kind": "infra", "mask_sample": True}, "results.jsonl:1")
     assert infra.mask_reason == "infra"
     lucky = {**base, "resolved": True, "reward": 1.0, "exit_reason": "max_iterations", "mask_sample": True}

@@ -97,7 +97,14 @@ def test_the_patch_cap_is_bounded_by_the_output_cap_and_keys_change_only_off_the
 
 
 def test_schema_4_rows_read_without_caps() -> None:
-    v4 = {"schema_version": 4, "key": "k", "cell": "c", "agent": "a", "provider": "p", "instance_id": "i"}
+    v4 = {
+        "schema_version": 4,
+        "key": "0123456789abcdef__i",
+        "cell": "c",
+        "agent": "a",
+        "provider": "p",
+        "instance_id": "i",
+    }
     r = parse_row(v4, "results.jsonl:1")
     assert r.schema_version == SCHEMA_VERSION
     assert (r.patch_bytes, r.max_patch_bytes, r.max_output_bytes, r.limit_hit) == (None, None, None, None)

@@ -212,7 +212,14 @@ def test_diff_warns_when_the_sides_ran_different_images() -> None:
 def test_old_rows_migrate_without_provenance() -> None:
     from anyswe.results.schema import SCHEMA_VERSION, parse_row
 
-    row = {"schema_version": 2, "key": "k", "cell": "c", "agent": "a", "provider": "p", "instance_id": "i"}
+    row = {
+        "schema_version": 2,
+        "key": "0123456789abcdef__i",
+        "cell": "c",
+        "agent": "a",
+        "provider": "p",
+        "instance_id": "i",
+    }
     r = parse_row(row, "results.jsonl:1")
     assert r.schema_version == SCHEMA_VERSION and r.image_digest is None and r.swebench_version is None
     # Schema 3 knew no permanent infra errors: its infra rows read as transient.
@@ -225,7 +232,7 @@ def test_rows_of_instances_excluded_after_they_ran_count_nowhere(tmp_path: Path)
     from anyswe.results.tables import cell_table, task_frame
 
     rows = [
-        TaskResult(key=f"k{i}", cell="g.none.d", agent="g", provider="d", instance_id=i, resolved=True)
+        TaskResult(key=f"0123456789abcdef__{i}", cell="g.none.d", agent="g", provider="d", instance_id=i, resolved=True)
         for i in ("a", "b", "c")
     ]
     (tmp_path / "results.jsonl").write_bytes(b"".join(r.to_json_line() for r in rows))

@@ -13,12 +13,17 @@ from anyswe.results.schema import SCHEMA_VERSION, TaskResult, polars_schema, res
 from anyswe.results.store import RunStore, aggregate, read_results, read_rows
 
 
-def row(key: str, **kw: object) -> dict[str, object]:
-    return {"key": key, "cell": "c", "agent": "a", "provider": "p", "instance_id": key, **kw}
+def key(instance_id: str) -> str:
+    """A task key of ``instance_id`` (plan.task_key's shape: 16 hex digits, ``__``, the instance id)."""
+    return f"0123456789abcdef__{instance_id}"
 
 
-def result(key: str, **kw: object) -> TaskResult:
-    return TaskResult.model_validate(row(key, **kw))
+def row(instance_id: str, **kw: object) -> dict[str, object]:
+    return {"key": key(instance_id), "cell": "c", "agent": "a", "provider": "p", "instance_id": instance_id, **kw}
+
+
+def result(instance_id: str, **kw: object) -> TaskResult:
+    return TaskResult.model_validate(row(instance_id, **kw))
 
 
 def test_append_resume_and_retry_bookkeeping(tmp_path: Path) -> None:
@@ -26,20 +31,20 @@ def test_append_resume_and_retry_bookkeeping(tmp_path: Path) -> None:
         store.append(result("a", resolved=True, reward=1.0))
         store.append(result("b", error_kind="infra", mask_sample=True))
         store.append(result("c", error_kind="agent"))
-        assert store.done_keys() == {"a", "c"}  # infra failures run again
+        assert store.done_keys() == {key("a"), key("c")}  # infra failures run again
         store.append(result("b"))
-        assert store.done_keys() == {"a", "b", "c"}
-        assert store.attempts() == {"a": 1, "b": 2, "c": 1}
-    assert [r["key"] for r in read_rows(tmp_path / "results.jsonl")] == ["a", "b", "c", "b"]
+        assert store.done_keys() == {key("a"), key("b"), key("c")}
+        assert store.attempts() == {key("a"): 1, key("b"): 2, key("c"): 1}
+    assert [r["instance_id"] for r in read_rows(tmp_path / "results.jsonl")] == ["a", "b", "c", "b"]
 
 
 def test_torn_last_line_is_cut_on_open(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
     path.write_text(json.dumps(row("a")) + "\n" + '{"key": "b", "cell"')
-    assert [r["key"] for r in read_rows(path)] == ["a"]
+    assert [r["instance_id"] for r in read_rows(path)] == ["a"]
     with RunStore(tmp_path) as store:
         store.append(result("c"))
-    assert [r["key"] for r in read_rows(path)] == ["a", "c"]
+    assert [r["instance_id"] for r in read_rows(path)] == ["a", "c"]
     assert path.read_text().count("\n") == 2
 
 
@@ -72,7 +77,7 @@ def test_rows_are_task_results_and_old_rows_migrate(tmp_path: Path) -> None:
     old, new = read_results(path)
     assert (old.schema_version, old.resolved, old.exit_reason) == (SCHEMA_VERSION, True, "submitted")
     assert old.time_total == 1.5
-    assert new.key == "new" and new.model_calls == 0 and new.cost_usd is None
+    assert new.key == key("new") and new.model_calls == 0 and new.cost_usd is None
     # Every written line is a valid TaskResult with the current schema version.
     with RunStore(tmp_path) as store:
         store.append(result("x", input_tokens=10, cost_usd=0.5))
@@ -125,12 +130,12 @@ def test_a_task_whose_output_cannot_be_written_is_recorded_as_its_own_error(tmp_
         # A verdict without its files is no verdict: the row (and what the driver counts) says so.
         assert (recorded.resolved, recorded.reward, recorded.error_kind) == (False, 0.0, "internal")
         record(store, TaskOutput(result("b"), {"patch.diff": "fine"}))
-        assert store.done_keys() == {"b"}  # the failed one runs again on the next apply
+        assert store.done_keys() == {key("b")}  # the failed one runs again on the next apply
     first, second = read_results(tmp_path / "results.jsonl")
-    assert (first.key, first.error_kind, first.mask_sample, first.model_patch) == ("a", "internal", True, "")
+    assert (first.key, first.error_kind, first.mask_sample, first.model_patch) == (key("a"), "internal", True, "")
     assert (first.resolved, first.reward) == (False, 0.0)
     assert "recording the task's results failed: UnicodeEncodeError" in (first.error or "")
-    assert second.key == "b" and (tmp_path / "tasks" / "b" / "patch.diff").read_text() == "fine"
+    assert second.key == key("b") and (tmp_path / "tasks" / key("b") / "patch.diff").read_text() == "fine"
 
 
 def test_a_surrogate_in_reported_text_is_replaced_and_the_sample_kept(tmp_path: Path) -> None:
@@ -146,7 +151,7 @@ def test_a_surrogate_in_reported_text_is_replaced_and_the_sample_kept(tmp_path: 
     (row,) = read_results(tmp_path / "results.jsonl")
     assert row == recorded and (row.error_kind, row.resolved, row.reward) == (None, True, 1.0)
     assert (row.error, row.flags) == ("agent said \ufffd and \U0001f600", ["x\ufffd"])
-    assert (tmp_path / "tasks" / "a" / "agent.log").read_text() == "log \ufffd"
+    assert (tmp_path / "tasks" / row.key / "agent.log").read_text() == "log \ufffd"
     assert results_frame([row]).height == 1
 
 

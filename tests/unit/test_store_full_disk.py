@@ -65,7 +65,14 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 def row(n: int) -> TaskResult:
     return TaskResult.model_validate(
-        {"key": f"k{n}", "cell": "c", "agent": "a", "provider": "p", "provider_type": "docker", "instance_id": "i"}
+        {
+            "key": f"{n:016x}__i",
+            "cell": "c",
+            "agent": "a",
+            "provider": "p",
+            "provider_type": "docker",
+            "instance_id": "i",
+        }
         | {"repo": "r", "sample": 0, "attempt": 1, "spec": "s", "run_id": "x", "model_patch": "+" * 3000}
     )
 
@@ -84,4 +91,4 @@ def test_append_on_a_full_disk_is_all_or_nothing(small_disk: Path) -> None:
     (small_disk / "ballast").unlink()
     with RunStore(run) as store:
         store.append(row(written))
-    assert [r.key for r in read_results(run / "results.jsonl")] == [f"k{n}" for n in range(written + 1)]
+    assert [r.key for r in read_results(run / "results.jsonl")] == [f"{n:016x}__i" for n in range(written + 1)]

@@ -28,7 +28,7 @@ def _run(tmp_path: Path, cells: list[tuple[str, str, str]] = CELLS) -> Path:
         for k, iid in enumerate(IDS):
             row = TaskResult.model_validate(
                 {
-                    "key": f"{n}-{iid}",
+                    "key": f"{n:016x}__{iid}",
                     "cell": f"{agent}.{model}.{provider}",
                     "agent": agent,
                     "model": model,
