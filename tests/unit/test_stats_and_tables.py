@@ -84,13 +84,32 @@ def test_compare_counts_flips_masked_and_unpaired() -> None:
     a = frame("g.d", "docker", {"x-1": True, "x-2": True, "y-3": False, "y-4": None, "z-5": True, "w-6": True})
     b = frame("g.a", "apptainer", {"x-1": True, "x-2": False, "y-3": True, "y-4": True, "z-5": None, "q-7": True})
     c = compare_frames(a, b, label_a="A", label_b="B", resamples=2000)
-    assert (c.pairs, c.masked_pairs, c.unpaired) == (3, 2, 2)
+    # The two masked pairs are infra errors: no verdict in either view.
+    assert (c.pairs, c.masked_pairs, c.errored_pairs, c.unpaired) == (3, 2, 2, 2)
+    assert (c.rl_pairs, c.rates_differ) == (3, False) and "RL" not in str(c)
     assert c.flips["resolved_only_in_a"] == {"count": 1, "instance_ids": ["x-2"]}
     assert c.flips["resolved_only_in_b"] == {"count": 1, "instance_ids": ["y-3"]}
     assert c.agreement == pytest.approx(1 / 3) and c.delta == pytest.approx(0.0)
     assert c.p_value == 1.0
     j = c.to_json()
     assert {"agreement", "flips", "delta", "ci_low", "ci_high", "p_value", "masked_pairs"} <= set(j)
+
+
+def test_a_diff_compares_harness_rates_and_shows_the_rl_rates_beside() -> None:
+    """Issue 31, 6: B's agent times out on the task A fails; the harness counts it (unresolved on
+    both sides, no flip), so a stalling B gains nothing. Only the RL view drops that pair."""
+    a = frame("g.d", "docker", {"x-1": True, "x-2": False, "x-3": None})
+    b = frame("g.a", "apptainer", {"x-1": True, "x-2": False, "x-3": True}, timed_out=frozenset({"x-2"}))
+    c = compare_frames(a, b, label_a="A", label_b="B", resamples=2000)
+    assert (c.pairs, c.errored_pairs, c.masked_pairs, c.rl_pairs) == (2, 1, 2, 1)
+    assert (c.rate_a, c.rate_b, c.delta) == (0.5, 0.5, 0.0) and c.agreement == 1.0
+    assert (c.rl_rate_a, c.rl_rate_b) == (1.0, 1.0) and c.rates_differ
+    assert "2 pairs (1 without a verdict, 0 unpaired), rates 0.500 / 0.500" in str(c)
+    assert "RL (unmasked on both sides): 1 pairs, rates 1.000 / 1.000" in str(c)
+    # A resolve after the timeout is a flip for the harness, as swebench's report would have it.
+    b2 = frame("g.a", "apptainer", {"x-1": True, "x-2": True, "x-3": True}, timed_out=frozenset({"x-2"}))
+    c2 = compare_frames(a, b2, label_a="A", label_b="B", resamples=2000)
+    assert c2.flips["resolved_only_in_b"]["instance_ids"] == ["x-2"] and c2.delta == 0.5
 
 
 def test_compare_by_provider_puts_docker_first() -> None:
