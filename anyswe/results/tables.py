@@ -80,8 +80,10 @@ def counted(tasks: pl.DataFrame) -> pl.Expr:
 
 def rates_differ(rows: Iterable[Mapping[str, Any]]) -> bool:
     """Whether any row of a cell or repo table has an RL rate other than its harness rate (counts
-    compared, so 0/1 against 0/2 differs too): where views show both."""
-    return any((r.get("rl_resolved"), r.get("rl_scored")) != (r.get("resolved"), r.get("scored")) for r in rows)
+    compared, so 0/1 against 0/2 differs too): where views show both. Rows without the RL columns
+    (a table from before them, or a selection) have only the one rate."""
+    with_rl = [r for r in rows if "rl_scored" in r]
+    return any((r.get("rl_resolved"), r["rl_scored"]) != (r.get("resolved"), r.get("scored")) for r in with_rl)
 
 
 def _rate(resolved: pl.Series, n: pl.Series) -> list[float | None]:
