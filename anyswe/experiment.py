@@ -89,7 +89,8 @@ class Experiment:
         return run_sync(triage_async(self.run_dir, by=by, k=k, concurrency=concurrency))
 
     def cells(self) -> pl.DataFrame:
-        """The per-cell table: resolve rate, masked, patch rate, phase times."""
+        """The per-cell table: resolve rate (every task that ran and ended), masked, RL rate (unmasked
+        samples), patch rate, phase times."""
         from anyswe.results.tables import cell_table
 
         return cell_table(self.results())

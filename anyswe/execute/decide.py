@@ -53,7 +53,9 @@ UNTRUSTED: frozenset[str] = frozenset({"infra", "grading", "internal"})
 
 
 class MaskReason(StrEnum):
-    """Why a sample is left out of training and rates (it says nothing about the agent's skill)."""
+    """Why a sample is left out of training and the RL rate. The resolve rate (results/tables.py)
+    leaves out only the untrusted kinds: an agent timeout or a forced stop is the agent's doing and
+    counts there as its tests said, as in the official harness's report."""
 
     INFRA = "infra"
     GRADING = "grading"

@@ -1,8 +1,12 @@
 """``anyswe triage``: what a docker-vs-apptainer flip is, found by grading its patches again.
 
 A flip is an (instance, sample) whose verdict differs between two cells that differ only in ``by``
-(the provider, by default). Both recorded patches are graded ``k`` more times on each of the two
-backends with :func:`anyswe.grade` (a fresh sandbox each, as a run grades), and the flip is:
+(the provider, by default), on the verdicts the harness rate counts (:mod:`anyswe.results.tables`):
+a side whose agent timed out or was stopped is a side with the verdict its tests gave, and only a
+side with an infra, grading or internal error has none. A flip one of whose sides is masked for RL
+says so (``rl_masked``): it is no flip of the RL rate. Both recorded patches are graded ``k`` more
+times on each of the two backends with :func:`anyswe.grade` (a fresh sandbox each, as a run
+grades), and the flip is:
 
 - ``flaky``: a patch's verdict varies on one backend (the recorded verdict counts as one grade);
   the tests whose status varied are named;
@@ -63,6 +67,14 @@ class Flip:
     patch_b: str
     resolved_a: bool
     resolved_b: bool
+    #: Each side's RL mask reason (agent_timeout, forced_stop...), None when it is not masked.
+    mask_reason_a: str | None = None
+    mask_reason_b: str | None = None
+
+    def rl_masked(self) -> dict[str, str]:
+        """cell -> mask reason, for each side that the RL rate leaves out."""
+        sides = ((self.cell_a, self.mask_reason_a), (self.cell_b, self.mask_reason_b))
+        return {cell: reason for cell, reason in sides if reason is not None}
 
 
 @dataclass
@@ -79,6 +91,8 @@ class Finding:
     detail: dict[str, str] = field(default_factory=dict)
     #: "patch@provider" -> resolved verdicts, the recorded one first where there is one.
     verdicts: dict[str, list[bool]] = field(default_factory=dict)
+    #: cell -> RL mask reason of a side the RL rate leaves out (so no flip there); empty for most.
+    rl_masked: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -89,6 +103,8 @@ class Triage:
     findings: list[Finding] = field(default_factory=list)
 
     def rows(self) -> list[dict[str, Any]]:
+        """One row per flip; an ``rl_masked`` column only when some flip has a side masked for RL."""
+        shown = any(f.rl_masked for f in self.findings)
         return [
             {
                 "instance_id": f.instance_id,
@@ -98,6 +114,7 @@ class Triage:
                 "kind": f.kind,
                 "tests": ", ".join(f.tests),
             }
+            | ({"rl_masked": ", ".join(f"{c}: {r}" for c, r in f.rl_masked.items())} if shown else {})
             for f in self.findings
         ]
 
@@ -111,15 +128,18 @@ def _sha(patch: str) -> str:
 
 
 def find_flips(tasks: pl.DataFrame, by: str = "provider") -> list[Flip]:
-    """Every flipped pair between cells that differ only in ``by``, masked samples left out."""
+    """Every flipped pair between cells that differ only in ``by``, samples without a verdict (an
+    infra, grading or internal error) left out, samples masked only for RL kept."""
     import polars as pl
 
     from anyswe.results.compare import compare_by
+    from anyswe.results.tables import counted
 
     flips: list[Flip] = []
+    has_verdict = counted(tasks)
     for comparison in compare_by(tasks, by):
-        a = tasks.filter(pl.col("cell") == comparison.a, ~pl.col("mask_sample"))
-        b = tasks.filter(pl.col("cell") == comparison.b, ~pl.col("mask_sample"))
+        a = tasks.filter(pl.col("cell") == comparison.a, has_verdict)
+        b = tasks.filter(pl.col("cell") == comparison.b, has_verdict)
         joined = a.join(b, on=["instance_id", "sample"], suffix="_b").filter(pl.col("resolved") != pl.col("resolved_b"))
         for r in joined.sort(["instance_id", "sample"]).iter_rows(named=True):
             flips.append(
@@ -134,9 +154,18 @@ def find_flips(tasks: pl.DataFrame, by: str = "provider") -> list[Flip]:
                     patch_b=r["model_patch_b"] or "",
                     resolved_a=bool(r["resolved"]),
                     resolved_b=bool(r["resolved_b"]),
+                    mask_reason_a=_mask_reason(r, ""),
+                    mask_reason_b=_mask_reason(r, "_b"),
                 )
             )
     return flips
+
+
+def _mask_reason(row: dict[str, Any], suffix: str) -> str | None:
+    """A side's RL mask reason; "masked" for a masked row from before reasons were recorded."""
+    if not row[f"mask_sample{suffix}"]:
+        return None
+    return row.get(f"mask_reason{suffix}") or "masked"
 
 
 def _statuses(verdict: Verdict) -> dict[str, str]:
@@ -253,6 +282,7 @@ def _groups(flip: Flip, grades: list[dict[str, Any]]) -> tuple[dict[Key, list[di
 def classify(flip: Flip, grades: list[dict[str, Any]]) -> Finding:
     """What ``flip`` is, from its grades (rows of ``grades.jsonl``)."""
     finding = Finding(flip.instance_id, flip.sample, flip.cell_a, flip.cell_b, kind="undetermined")
+    finding.rl_masked = flip.rl_masked()
     groups, verdicts = _groups(flip, grades)
     finding.verdicts = {f"{p}@{v}": vs for (p, v), vs in sorted(verdicts.items())}
     patches = sorted({p for p, _ in verdicts})

@@ -1,10 +1,15 @@
 """Paired comparison of two cells: same agent, model, instance and sample on two backends or runs.
 
-Each pair is scored only when neither side is masked (masked pairs are counted). Reported:
-agreement, the flips in each direction with their instance ids, the resolve-rate delta (B - A)
-with a bootstrap 95% interval over instances, and a paired p-value: exact McNemar on the
-discordant pairs with one sample per instance, a sign-flip test on per-instance mean differences
-with several (samples of one instance are not independent).
+Each pair is scored when both sides ran and ended, as the harness rate counts them
+(:mod:`anyswe.results.tables`): an agent timeout or a forced stop is compared as its tests said, and
+only a pair with an infra, grading or internal error on a side is left out (counted as
+``errored_pairs``). Reported: agreement, the flips in each direction with their instance ids, the
+resolve-rate delta (B - A) with a bootstrap 95% interval over instances, and a paired p-value: exact
+McNemar on the discordant pairs with one sample per instance, a sign-flip test on per-instance mean
+differences with several (samples of one instance are not independent).
+
+Beside them, the RL rates of both sides over the pairs unmasked on both (``rl_pairs``,
+``rl_rate_a``, ``rl_rate_b``): what a trainer's mask leaves, shown where it differs.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from anyswe.errors import ResultsError
 from anyswe.results.stats import cluster_bootstrap, mcnemar_exact, sign_flip_test
+from anyswe.results.tables import counted
 from anyswe.sandbox import provider_rank
 
 if TYPE_CHECKING:
@@ -28,7 +34,9 @@ _TEST_NAMES = {"mcnemar-exact": "McNemar", "sign-flip": "sign-flip (by instance)
 class Comparison:
     a: str
     b: str
+    #: Pairs both of whose sides ran and ended: what the rates, delta, flips and test are over.
     pairs: int
+    #: Pairs with a side masked for RL (an untrusted error, an agent timeout, a forced stop...).
     masked_pairs: int
     unpaired: int
     agreement: float
@@ -46,6 +54,17 @@ class Comparison:
     instances: int = 0
     #: The paired test: "mcnemar-exact" (one sample per instance) or "sign-flip" (several).
     test: str = "mcnemar-exact"
+    #: Pairs left out: a side with an infra, grading or internal error has no verdict.
+    errored_pairs: int = 0
+    #: The RL view: pairs unmasked on both sides, and each side's rate over them.
+    rl_pairs: int = 0
+    rl_rate_a: float = 0.0
+    rl_rate_b: float = 0.0
+
+    @property
+    def rates_differ(self) -> bool:
+        """Whether the RL view leaves out a pair the harness view scores (masked pairs minus errored ones)."""
+        return self.rl_pairs != self.pairs
 
     @property
     def warnings(self) -> list[str]:
@@ -62,10 +81,17 @@ class Comparison:
 
     def __str__(self) -> str:
         fa, fb = self.flips["resolved_only_in_a"]["count"], self.flips["resolved_only_in_b"]["count"]
+        rl = (
+            f"; RL (unmasked on both sides): {self.rl_pairs} pairs, rates {self.rl_rate_a:.3f} / {self.rl_rate_b:.3f}"
+            if self.rates_differ
+            else ""
+        )
         return (
-            f"{self.a} vs {self.b}: {self.pairs} pairs ({self.masked_pairs} masked, {self.unpaired} unpaired), "
+            f"{self.a} vs {self.b}: {self.pairs} pairs ({self.errored_pairs} without a verdict, "
+            f"{self.unpaired} unpaired), rates {self.rate_a:.3f} / {self.rate_b:.3f}, "
             f"agreement {self.agreement:.3f}, flips {fa} A-only / {fb} B-only, delta {self.delta:+.3f} "
             f"[{self.ci_low:+.3f}, {self.ci_high:+.3f}], {_TEST_NAMES.get(self.test, self.test)} p={self.p_value:.4g}"
+            + rl
         )
 
 
@@ -80,13 +106,16 @@ def compare_frames(
     """
     import polars as pl
 
-    cols = [*PAIR_KEYS, "resolved", "mask_sample"]
-    joined = a.select(cols).join(b.select(cols), on=PAIR_KEYS, how="full", suffix="_b", coalesce=True)
+    cols = [*PAIR_KEYS, "resolved", "mask_sample", "counted"]
+    side_a, side_b = (f.with_columns(counted(f).alias("counted")).select(cols) for f in (a, b))
+    joined = side_a.join(side_b, on=PAIR_KEYS, how="full", suffix="_b", coalesce=True)
     both = joined.filter(pl.col("resolved").is_not_null() & pl.col("resolved_b").is_not_null())
     unpaired = joined.height - both.height
     is_masked = pl.col("mask_sample") | pl.col("mask_sample_b")
     masked = both.filter(is_masked).height
-    scored = both.filter(~is_masked)
+    # The harness's view: a pair is scored when both sides have a verdict, masked for RL or not.
+    scored = both.filter(pl.col("counted") & pl.col("counted_b"))
+    unmasked = both.filter(~is_masked)
     n = scored.height
     several = bool(n) and scored.group_by("instance_id").len()["len"].max() > 1  # type: ignore[operator]
     label = (
@@ -101,13 +130,15 @@ def compare_frames(
     only_a = flips(pl.col("resolved") & ~pl.col("resolved_b"))
     only_b = flips(pl.col("resolved_b") & ~pl.col("resolved"))
     delta, low, high, instances = _interval(scored, resamples=resamples, seed=seed)
-    if several:  # per-instance *sums*: the pooled delta the interval is about, masked pairs or not
+    if several:  # per-instance *sums*: the pooled delta the interval is about, errored pairs or not
         p_value = sign_flip_test(_per_instance(scored)["s"].to_list(), resamples=resamples, seed=seed)
         test = "sign-flip"
     else:
         p_value, test = mcnemar_exact(len(only_a), len(only_b)), "mcnemar-exact"
-    rate_a = float(scored["resolved"].cast(pl.Int64).sum()) / n if n else 0.0
-    rate_b = float(scored["resolved_b"].cast(pl.Int64).sum()) / n if n else 0.0
+
+    def rate(frame: pl.DataFrame, column: str) -> float:
+        return float(frame[column].cast(pl.Int64).sum()) / frame.height if frame.height else 0.0
+
     return Comparison(
         a=label_a,
         b=label_b,
@@ -115,8 +146,8 @@ def compare_frames(
         masked_pairs=masked,
         unpaired=unpaired,
         agreement=(n - len(only_a) - len(only_b)) / n if n else 1.0,
-        rate_a=rate_a,
-        rate_b=rate_b,
+        rate_a=rate(scored, "resolved"),
+        rate_b=rate(scored, "resolved_b"),
         delta=delta,
         ci_low=low,
         ci_high=high,
@@ -128,6 +159,10 @@ def compare_frames(
         image_mismatch=_image_mismatch(a, b),
         instances=instances,
         test=test,
+        errored_pairs=both.height - n,
+        rl_pairs=unmasked.height,
+        rl_rate_a=rate(unmasked, "resolved"),
+        rl_rate_b=rate(unmasked, "resolved_b"),
     )
 
 

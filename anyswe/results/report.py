@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from anyswe.errors import ResultsError
 from anyswe.results.compare import Comparison, compare_by
 from anyswe.results.report_tasks import INLINE_TASKS, SCRIPT, STYLE, flips_section, tasks_section
-from anyswe.results.tables import cell_table, repo_table, task_frame
+from anyswe.results.tables import cell_table, rates_differ, repo_table, task_frame
 
 if TYPE_CHECKING:
     import polars as pl
@@ -75,10 +75,13 @@ def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
 
 
 def rate_chart(cells: list[dict[str, Any]]) -> str:
-    """Horizontal bars: resolve rate per cell with its 95% Wilson interval."""
+    """Horizontal bars: resolve rate per cell with its 95% Wilson interval, and the RL rate (a
+    diamond, and its figure) on the cells where it differs."""
     left, width, bar_h, gap = 230, 420, 18, 10
     height = 30 + len(cells) * (bar_h + gap)
-    parts = [f'<svg role="img" aria-label="resolve rate per cell" width="{left + width + 60}" height="{height}">']
+    both = rates_differ(cells)
+    label_w = 140 if both else 60
+    parts = [f'<svg role="img" aria-label="resolve rate per cell" width="{left + width + label_w}" height="{height}">']
     for x in (0, 0.25, 0.5, 0.75, 1.0):
         px = left + x * width
         parts.append(f'<line x1="{px}" y1="10" x2="{px}" y2="{height - 18}" stroke="#e3e6ea"/>')
@@ -98,7 +101,17 @@ def rate_chart(cells: list[dict[str, Any]]) -> str:
                 f'<line x1="{left + edge * width:.1f}" y1="{y + 3}" x2="{left + edge * width:.1f}" '
                 f'y2="{y + bar_h - 3}" stroke="#1d232a" stroke-width="2"/>'
             )
-        parts.append(f'<text x="{left + width + 8}" y="{y + 13}">{rate:.2f}</text>')
+        label = f"{rate:.2f}"
+        rl = c.get("rl_rate")
+        if rates_differ([c]) and rl is not None:
+            x, mid = left + rl * width, y + bar_h / 2
+            diamond = f"M{x:.1f} {mid - 6:.1f} L{x + 6:.1f} {mid:.1f} L{x:.1f} {mid + 6:.1f} L{x - 6:.1f} {mid:.1f} Z"
+            parts.append(
+                f'<path d="{diamond}" fill="#f58518" stroke="#1d232a">'
+                f"<title>RL rate (unmasked samples): {rl:.2f}</title></path>"
+            )
+            label += f" (RL {rl:.2f})"
+        parts.append(f'<text x="{left + width + 8}" y="{y + 13}">{label}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -153,6 +166,7 @@ def _comparisons(items: list[Comparison]) -> str:
         "a",
         "b",
         "pairs",
+        "errored_pairs",
         "masked_pairs",
         "agreement",
         "rate_a",
@@ -164,6 +178,9 @@ def _comparisons(items: list[Comparison]) -> str:
         "flips A-only",
         "flips B-only",
     ]
+    if any(c.rates_differ for c in items):  # the RL view, only where it is not the same
+        at = cols.index("rate_b") + 1
+        cols[at:at] = ["rl_pairs", "rl_rate_a", "rl_rate_b"]
     warnings = "".join(f'<p class="warn">warning: {_e(w)}</p>' for c in items for w in c.warnings)
     return warnings + _table(rows, cols)
 
@@ -213,6 +230,9 @@ def _page(run: Path, tasks: pl.DataFrame, chunks: Path | None, problems: list[st
         "mean_time_grading",
         "mean_time_total",
     ]
+    if rates_differ(cells):  # the RL rate beside the harness rate, only where they differ
+        at = cell_cols.index("masked") + 1
+        cell_cols[at:at] = ["rl_resolved", "rl_scored", "rl_rate"]
     title = f"anyswe report: {plan.get('spec', run.name)}"
     generated = datetime.now(UTC).isoformat(timespec="seconds")
     return f"""<!DOCTYPE html>
@@ -223,13 +243,17 @@ def _page(run: Path, tasks: pl.DataFrame, chunks: Path | None, problems: list[st
 <p class="meta">run directory {_e(run)} &middot; {tasks.height} tasks &middot; dataset {_e(plan.get("dataset", "?"))}
 &middot; generated {_e(generated)}</p>
 <h2>Cells</h2>
-<p>Rates are over unmasked samples, with 95% Wilson intervals.</p>
+<p>Rates count what the official harness counts: every task that ran and ended is scored as its tests said,
+whatever ended it (an agent timeout, a step limit, a crash); only infra, grading and internal errors leave it out.
+Intervals are 95% Wilson. Where some sample is masked for training (an agent timeout, a resolve after a forced stop),
+<code>rl_rate</code> is the rate over unmasked samples only, as a trainer's reward sees it.</p>
 {_exclusions(plan)}
 {_table(cells, [c for c in cell_cols if c in (cells[0] if cells else {})])}
 <h2>Resolve rate per cell</h2>
 {rate_chart(cells)}
 <h2>Docker vs apptainer</h2>
-<p>Pairs of the same agent, model, instance and sample; delta is B - A with a paired bootstrap 95% interval;
+<p>Pairs of the same agent, model, instance and sample, both sides with a verdict (<code>errored_pairs</code>: a
+side had an infra, grading or internal error); delta is B - A with a paired bootstrap 95% interval;
 p is the exact McNemar test with one sample per instance; with several, the interval resamples instances and p is a
 sign-flip test on per-instance mean differences (samples of one instance are not independent).</p>
 {_comparisons(comparisons)}

@@ -123,9 +123,17 @@ def detail(run: Path, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _verdict(r: dict[str, Any]) -> tuple[str, str]:
+    """The verdict the rates count, and the RL mask beside it: an agent timeout is "unresolved,
+    RL-masked (agent_timeout)", counted as unresolved; only an untrusted error has no verdict. The
+    mask reason is a free string of the row: callers escape the text."""
+    from anyswe.execute.decide import UNTRUSTED
+
+    if r.get("error_kind") in UNTRUSTED:
+        return f"no verdict ({r['error_kind']})", "masked"
+    verdict, cls = ("resolved", "ok") if r["resolved"] else ("unresolved", "no")
     if r["mask_sample"]:
-        return f"masked ({r.get('error_kind') or 'timeout'})", "masked"
-    return ("resolved", "ok") if r["resolved"] else ("unresolved", "no")
+        verdict += f", RL-masked ({r.get('mask_reason') or 'masked'})"
+    return verdict, cls
 
 
 def _data(details: dict[str, Any], chunks: Path | None) -> str:
@@ -168,7 +176,8 @@ def tasks_section(run: Path, tasks: pl.DataFrame, chunks: Path | None = None, pr
             f'data-label="{label}">'
             f'<td><details class="task" data-key="{html.escape(key, quote=True)}"><summary>'
             f"{html.escape(r['instance_id'])}</summary><div class=detail></div></details></td>"
-            f"<td>{html.escape(r['cell'])}</td><td class=num>{r['sample']}</td><td class={cls}>{verdict}</td>"
+            f"<td>{html.escape(r['cell'])}</td><td class=num>{r['sample']}</td>"
+            f"<td class={cls}>{html.escape(verdict)}</td>"
             f"<td class=num>{len(details[key]['steps'])}</td><td class=num>{(r.get('time_total') or 0):.1f}</td></tr>"
         )
     if problems is not None:
@@ -211,11 +220,14 @@ def flips_section(run: Path, tasks: pl.DataFrame) -> str:
         kind = t["kind"] if t else "not triaged (anyswe triage)"
         tests = ", ".join(t["tests"]) if t else ""
         side, pair = [], []
+        masked = f.rl_masked()
         for cell, resolved in ((f.cell_a, f.resolved_a), (f.cell_b, f.resolved_b)):
             key = keys.get((cell, f.instance_id, f.sample), "")
             pair.append(key)
             label = "resolved" if resolved else "unresolved"
-            side.append(f'<td><a href="#task={html.escape(key)}">{html.escape(cell)}</a>: {label}</td>')
+            if cell in masked:  # a flip of the harness rate, none of the RL rate
+                label += f", RL-masked ({masked[cell]})"
+            side.append(f'<td><a href="#task={html.escape(key)}">{html.escape(cell)}</a>: {html.escape(label)}</td>')
         compare = f'<a class=compare href="#pair={html.escape(",".join(pair))}">side by side</a>'
         rows.append(
             f'<tr class="flip-row"><td>{html.escape(f.instance_id)} #{f.sample}</td>{"".join(side)}'

@@ -23,7 +23,10 @@ PRIORITY = (
     "resolved",
     "rate",
     "95% CI",
+    # When the RL rate differs it says more than the count of masked samples that explains it.
+    "rl_rate",
     "masked",
+    "rl",
     "flagged",
     "time_s",
     "tokens",
@@ -49,7 +52,12 @@ def _text(value: object) -> str:
 
 
 def summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, object]]:
-    """Rows of a cell or repo table (:mod:`anyswe.results.tables`) as the default view has them."""
+    """Rows of a cell or repo table (:mod:`anyswe.results.tables`) as the default view has them: the
+    RL rate (unmasked samples) beside the harness rate only when some row's differs, so that a
+    table of runs with no agent timeout or forced stop reads as before."""
+    from anyswe.results.tables import rates_differ
+
+    both = rates_differ(rows)
     out: list[dict[str, object]] = []
     for r in rows:
         low, high = r.get("ci_low"), r.get("ci_high")
@@ -62,6 +70,10 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, object]]:
             "rate": r.get("resolve_rate"),
             "95% CI": "" if low is None or high is None else f"{low:.2f}-{high:.2f}",
             "masked": r.get("masked"),
+        }
+        if both:
+            view |= {"rl": f"{r.get('rl_resolved')}/{r.get('rl_scored')}", "rl_rate": r.get("rl_rate")}
+        view |= {
             "flagged": r.get("flagged"),
             "time_s": None if r.get("mean_time_total") is None else f"{r['mean_time_total']:.1f}",
             "tokens": tokens,

@@ -37,6 +37,32 @@ class SleepyAgent(Agent):
 register_agent("sleepy", f"{__name__}:SleepyAgent")
 
 
+class StallsConfig(AgentConfig):
+    type: Literal["stalls-on-calc"] = "stalls-on-calc"
+
+
+class StallsOnCalcAgent(Agent):
+    """On demo__calc-1, writes the fix and then never finishes (a timeout its tests pass); on any
+    other task, gives up at once (unresolved)."""
+
+    name: ClassVar[str] = "stalls-on-calc"
+    config_class = StallsConfig
+    needs_model = False
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        if ctx.task.instance_id != "demo__calc-1":
+            return AgentOutcome()
+        fix = load_dataset("demo").by_id()["demo__calc-1"].patch  # the test's knowledge, not the agent's view
+        await ctx.sandbox.write_file("/tmp/fix.diff", fix.encode())
+        await ctx.sandbox.exec(["git", "apply", "/tmp/fix.diff"], workdir=ctx.workdir)
+        await ctx.sandbox.exec(["rm", "-f", "/tmp/fix.diff"])
+        await asyncio.sleep(3600)
+        return AgentOutcome()
+
+
+register_agent("stalls-on-calc", f"{__name__}:StallsOnCalcAgent")
+
+
 def spec(tmp_path: Path, body: str) -> Path:
     p = tmp_path / "spec.yaml"
     p.write_text("name: paths\ndataset: {name: demo}\nproviders:\n  docker: {type: docker, concurrency: 3}\n" + body)
@@ -123,6 +149,24 @@ def test_agent_timeout_is_masked_and_still_graded(runtimes: None, tmp_path: Path
     assert row["time_agent"] < 30
     # What the agent did before the timeout was captured and graded.
     assert "# touched" in row["model_patch"] and row["patch_applied"] and not row["resolved"]
+
+
+def test_a_cell_whose_agent_times_out_on_one_of_two_tasks_has_a_rate_over_both(runtimes: None, tmp_path: Path) -> None:
+    """Issue 31, 6: the timed-out task counts as its tests said (here resolved), as swebench's report
+    would count it; only the RL rate (Gym's mask) leaves it out."""
+    from anyswe.results.tables import cell_table
+
+    p = spec(tmp_path, "agents:\n  s: {type: stalls-on-calc}\ntimeouts: {agent: 3}\n")
+    over = ["dataset.instance_ids=[demo__calc-1,demo__leap-5]"]
+    exp = Experiment.load(p, overrides=over, run_dir=tmp_path / "run")
+    exp.run(progress=False)
+    rows = {r["instance_id"]: r for r in exp.results().to_dicts()}
+    calc = rows["demo__calc-1"]
+    assert (calc["agent_timed_out"], calc["resolved"], calc["mask_reason"]) == (True, True, "agent_timeout")
+    assert not rows["demo__leap-5"]["resolved"] and not rows["demo__leap-5"]["mask_sample"]
+    (cell,) = cell_table(exp.results()).to_dicts()
+    assert (cell["resolved"], cell["scored"], cell["resolve_rate"]) == (1, 2, 0.5)
+    assert (cell["rl_resolved"], cell["rl_scored"], cell["rl_rate"]) == (0, 1, 0.0)
 
 
 def test_a_missing_image_is_masked_reported_at_once_and_tried_again_by_the_next_apply(

@@ -44,8 +44,15 @@ def test_paired_bootstrap_agrees_with_an_independent_resampler() -> None:
     assert paired_bootstrap([1, 1], [1, 1]) == (0.0, 0.0, 0.0)
 
 
-def frame(cell: str, provider: str, verdicts: dict[str, bool | None], agent: str = "gold") -> pl.DataFrame:
-    """None marks a masked sample."""
+def frame(
+    cell: str,
+    provider: str,
+    verdicts: dict[str, bool | None],
+    agent: str = "gold",
+    timed_out: frozenset[str] = frozenset(),
+) -> pl.DataFrame:
+    """None marks an infra error (no verdict, masked); an id in ``timed_out`` is an agent timeout:
+    masked for RL, its verdict what its tests said (execute/decide.py)."""
     return pl.DataFrame(
         [
             {
@@ -59,14 +66,17 @@ def frame(cell: str, provider: str, verdicts: dict[str, bool | None], agent: str
                 "repo": iid.split("-")[0],
                 "resolved": bool(v),
                 "reward": float(bool(v)),
-                "mask_sample": v is None,
+                "mask_sample": v is None or iid in timed_out,
+                "mask_reason": "infra" if v is None else "agent_timeout" if iid in timed_out else None,
+                "error_kind": "infra" if v is None else None,
+                "agent_timed_out": iid in timed_out,
                 "patch_exists": True,
                 "patch_applied": True,
                 "time_total": 1.0,
             }
             for iid, v in verdicts.items()
         ],
-        schema_overrides={"model": pl.String},
+        schema_overrides={"model": pl.String, "mask_reason": pl.String, "error_kind": pl.String},
     )
 
 
@@ -74,13 +84,32 @@ def test_compare_counts_flips_masked_and_unpaired() -> None:
     a = frame("g.d", "docker", {"x-1": True, "x-2": True, "y-3": False, "y-4": None, "z-5": True, "w-6": True})
     b = frame("g.a", "apptainer", {"x-1": True, "x-2": False, "y-3": True, "y-4": True, "z-5": None, "q-7": True})
     c = compare_frames(a, b, label_a="A", label_b="B", resamples=2000)
-    assert (c.pairs, c.masked_pairs, c.unpaired) == (3, 2, 2)
+    # The two masked pairs are infra errors: no verdict in either view.
+    assert (c.pairs, c.masked_pairs, c.errored_pairs, c.unpaired) == (3, 2, 2, 2)
+    assert (c.rl_pairs, c.rates_differ) == (3, False) and "RL" not in str(c)
     assert c.flips["resolved_only_in_a"] == {"count": 1, "instance_ids": ["x-2"]}
     assert c.flips["resolved_only_in_b"] == {"count": 1, "instance_ids": ["y-3"]}
     assert c.agreement == pytest.approx(1 / 3) and c.delta == pytest.approx(0.0)
     assert c.p_value == 1.0
     j = c.to_json()
     assert {"agreement", "flips", "delta", "ci_low", "ci_high", "p_value", "masked_pairs"} <= set(j)
+
+
+def test_a_diff_compares_harness_rates_and_shows_the_rl_rates_beside() -> None:
+    """Issue 31, 6: B's agent times out on the task A fails; the harness counts it (unresolved on
+    both sides, no flip), so a stalling B gains nothing. Only the RL view drops that pair."""
+    a = frame("g.d", "docker", {"x-1": True, "x-2": False, "x-3": None})
+    b = frame("g.a", "apptainer", {"x-1": True, "x-2": False, "x-3": True}, timed_out=frozenset({"x-2"}))
+    c = compare_frames(a, b, label_a="A", label_b="B", resamples=2000)
+    assert (c.pairs, c.errored_pairs, c.masked_pairs, c.rl_pairs) == (2, 1, 2, 1)
+    assert (c.rate_a, c.rate_b, c.delta) == (0.5, 0.5, 0.0) and c.agreement == 1.0
+    assert (c.rl_rate_a, c.rl_rate_b) == (1.0, 1.0) and c.rates_differ
+    assert "2 pairs (1 without a verdict, 0 unpaired), rates 0.500 / 0.500" in str(c)
+    assert "RL (unmasked on both sides): 1 pairs, rates 1.000 / 1.000" in str(c)
+    # A resolve after the timeout is a flip for the harness, as swebench's report would have it.
+    b2 = frame("g.a", "apptainer", {"x-1": True, "x-2": True, "x-3": True}, timed_out=frozenset({"x-2"}))
+    c2 = compare_frames(a, b2, label_a="A", label_b="B", resamples=2000)
+    assert c2.flips["resolved_only_in_b"]["instance_ids"] == ["x-2"] and c2.delta == 0.5
 
 
 def test_compare_by_provider_puts_docker_first() -> None:
@@ -105,6 +134,43 @@ def test_tables() -> None:
     assert repos["x"]["resolve_rate"] == 0.5 and repos["y"]["scored"] == 1
     m = instance_matrix(tasks)
     assert m.columns == ["instance_id", "g.d"] and m["g.d"].to_list() == [1.0, 0.0, None, 1.0]
+    # Nothing here is masked but for an infra error: the RL rate is the harness rate.
+    assert (row["rl_resolved"], row["rl_scored"], row["rl_rate"]) == (2, 3, row["resolve_rate"])
+
+
+def test_a_cell_whose_agent_times_out_on_one_of_two_tasks_has_a_rate_over_both() -> None:
+    """Issue 31, 6: the harness rate counts the timed-out task as its tests said; only the RL rate
+    (Gym's mask) leaves it out. Else an agent that stalls on hard tasks outscores one that fails them."""
+    tasks = frame("g.d", "docker", {"x-1": True, "x-2": False}, timed_out=frozenset({"x-2"}))
+    (row,) = cell_table(tasks).to_dicts()
+    assert (row["tasks"], row["resolved"], row["scored"], row["masked"]) == (2, 1, 2, 1)
+    assert row["resolve_rate"] == 0.5 and (row["ci_low"], row["ci_high"]) == pytest.approx(wilson(1, 2))
+    assert (row["rl_resolved"], row["rl_scored"], row["rl_rate"]) == (1, 1, 1.0)
+    assert instance_matrix(tasks)["g.d"].to_list() == [1.0, 0.0]
+    assert instance_matrix(tasks, rl=True)["g.d"].to_list() == [1.0, None]
+    # Tests that passed after the timeout count as resolved for the harness, as swebench's report would.
+    passed = frame("g.d", "docker", {"x-1": False, "x-2": True}, timed_out=frozenset({"x-2"}))
+    (row,) = cell_table(passed).to_dicts()
+    assert (row["resolved"], row["scored"], row["rl_resolved"], row["rl_scored"]) == (1, 2, 0, 1)
+
+
+def test_untrusted_errors_leave_both_denominators() -> None:
+    tasks = frame("g.d", "docker", {"x-1": True, "x-2": False, "x-3": None}, timed_out=frozenset({"x-2"}))
+    grading = tasks.with_columns(
+        pl.when(pl.col("instance_id") == "x-1")
+        .then(pl.lit("grading"))
+        .otherwise(pl.col("error_kind"))
+        .alias("error_kind")
+    )
+    (row,) = cell_table(tasks).to_dicts()
+    assert (row["tasks"], row["scored"], row["rl_scored"], row["masked"]) == (3, 2, 1, 2)
+    # decide() never resolves a row whose error is untrusted; the table leaves it out whatever it says.
+    (row,) = cell_table(grading).to_dicts()
+    assert (row["resolved"], row["scored"], row["resolve_rate"]) == (0, 1, 0.0)
+    # An agent's own error (its crash, a capture it broke) is a task that ran and ended: it counts.
+    crashed = tasks.with_columns(pl.lit("agent").alias("error_kind"))
+    (row,) = cell_table(crashed).to_dicts()
+    assert row["scored"] == 3
 
 
 def _simulate(rng: Any, instances: int, samples: int, shift: float, spread: float) -> tuple[Any, Any, Any]:

@@ -99,3 +99,37 @@ def test_a_wide_instance_matrix_names_its_cells_in_a_legend(tmp_path: Path) -> N
     legend = dict(x.split(" = ") for x in lines if " = " in x)
     assert sorted(legend.values()) == sorted(".".join(c) for c in CELLS)
     assert _header(_results(run, "--by", "instance", "--wide"))[1:] == sorted(".".join(c) for c in CELLS)
+
+
+def _time_out_first(run: Path) -> TaskResult:
+    """Make the first row an agent timeout (its verdict, reward and mask as decide() gives them); returns it."""
+    from anyswe.agents.base import ExitReason
+    from anyswe.execute.decide import amend
+
+    rows = [TaskResult.model_validate_json(x) for x in (run / "results.jsonl").read_text().splitlines()]
+    rows[0] = amend(rows[0], agent_timed_out=True, exit_reason=ExitReason.TIMEOUT)
+    (run / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))
+    return rows[0]
+
+
+def test_the_rl_rate_is_shown_beside_the_harness_rate_only_where_they_differ(tmp_path: Path) -> None:
+    """Issue 31, 6: an agent timeout counts in the rate (as its tests said) and leaves the RL rate."""
+    run = _run(tmp_path, [("a", "m", "docker")])
+    assert "rl_rate" not in _header(_results(run))  # nothing masked: one rate
+    row = _time_out_first(run)
+    assert row.resolved and row.mask_reason == "agent_timeout"
+    lines = _results(run)
+    assert _header(lines)[:7] == ["cell", "resolved", "rate", "95% CI", "masked", "rl", "rl_rate"]
+    # Resolved by its tests, so 2 of 3 for the harness; 1 of the 2 unmasked for RL.
+    (first,) = (x for x in lines if x.strip().startswith("a.m.docker"))
+    assert re.split(r"\s{2,}", first.strip())[1:7] == ["2/3", "0.667", "0.21-0.94", "1", "1/2", "0.500"], first
+
+
+def test_a_view_too_narrow_for_both_keeps_the_rl_rate_before_the_masked_count(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    row = _time_out_first(run)
+    lines = _results(run)
+    assert max(len(x.rstrip()) for x in lines) <= 100
+    assert _header(lines) == ["cell", "resolved", "rate", "95% CI", "rl_rate"]
+    first = next(x for x in lines if x.strip().startswith(row.cell))
+    assert re.split(r"\s{2,}", first.strip())[1:5] == ["2/3", "0.667", "0.21-0.94", "0.500"], first

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from anyswe.errors import ResultsError
-from anyswe.execute.triage import Flip, GradeStore, _sha, classify, flaky_instances
+from anyswe.execute.triage import Flip, GradeStore, Triage, _sha, classify, find_flips, flaky_instances
 
 FIX, OTHER = "diff --git a/x.py b/x.py\n+fix\n", "diff --git a/x.py b/x.py\n+other\n"
 
@@ -105,3 +105,37 @@ def test_a_missing_or_foreign_triage_table_is_a_clear_error(tmp_path: Path) -> N
     (tmp_path / "t.json").write_text('{"not": "a list"}')
     with pytest.raises(ResultsError, match="not a triage table"):
         flaky_instances(tmp_path / "t.json")
+
+
+def test_flips_are_found_on_the_harness_verdicts_and_say_which_side_rl_masks() -> None:
+    """Issue 31, 6: a side whose agent timed out has its tests' verdict, so it can flip; a side with
+    an infra error has none. The finding names the RL-masked side (no flip of the RL rate)."""
+    import polars as pl
+
+    def row(provider: str, iid: str, resolved: bool, error: str | None = None, mask: str | None = None) -> dict:
+        return {
+            "key": f"{provider}-{iid}", "cell": f"a.none.{provider}", "agent": "a", "model": None,
+            "provider": provider, "provider_type": provider, "instance_id": iid, "sample": 0,
+            "resolved": resolved, "mask_sample": mask is not None, "mask_reason": mask, "error_kind": error,
+            "model_patch": FIX,
+        }  # fmt: skip
+
+    tasks = pl.DataFrame(
+        [
+            row("docker", "i-1", True),
+            row("apptainer", "i-1", False, mask="agent_timeout"),  # a flip, masked for RL on B
+            row("docker", "i-2", True),
+            row("apptainer", "i-2", False, error="infra", mask="infra"),  # no verdict on B: no flip
+            row("docker", "i-3", False),
+            row("apptainer", "i-3", True),  # a plain flip
+        ],
+        schema_overrides={"model": pl.String, "mask_reason": pl.String, "error_kind": pl.String},
+    )
+    flips = find_flips(tasks)
+    assert [(f.instance_id, f.rl_masked()) for f in flips] == [
+        ("i-1", {"a.none.apptainer": "agent_timeout"}),
+        ("i-3", {}),
+    ]
+    found = Triage(Path("."), [classify(f, []) for f in flips])
+    assert [r["rl_masked"] for r in found.rows()] == ["a.none.apptainer: agent_timeout", ""]
+    assert "rl_masked" not in Triage(Path("."), [classify(flips[1], [])]).rows()[0]
