@@ -118,11 +118,8 @@ def compare_frames(
     unmasked = both.filter(~is_masked)
     n = scored.height
     several = bool(n) and scored.group_by("instance_id").len()["len"].max() > 1  # type: ignore[operator]
-    label = (
-        pl.concat_str(pl.col("instance_id"), pl.lit("#s"), pl.col("sample").cast(pl.Utf8))
-        if several
-        else pl.col("instance_id")
-    )
+    by_sample = pl.concat_str(pl.col("instance_id"), pl.lit("#s"), pl.col("sample").cast(pl.Utf8))
+    label = by_sample if several else pl.col("instance_id")
 
     def flips(condition: pl.Expr) -> list[str]:
         return scored.filter(condition).sort(PAIR_KEYS).select(label.alias("l"))["l"].to_list()
@@ -130,14 +127,7 @@ def compare_frames(
     only_a = flips(pl.col("resolved") & ~pl.col("resolved_b"))
     only_b = flips(pl.col("resolved_b") & ~pl.col("resolved"))
     delta, low, high, instances = _interval(scored, resamples=resamples, seed=seed)
-    if several:  # per-instance *sums*: the pooled delta the interval is about, errored pairs or not
-        p_value = sign_flip_test(_per_instance(scored)["s"].to_list(), resamples=resamples, seed=seed)
-        test = "sign-flip"
-    else:
-        p_value, test = mcnemar_exact(len(only_a), len(only_b)), "mcnemar-exact"
-
-    def rate(frame: pl.DataFrame, column: str) -> float:
-        return float(frame[column].cast(pl.Int64).sum()) / frame.height if frame.height else 0.0
+    p_value, test = _paired_test(scored, len(only_a), len(only_b), bool(several), resamples=resamples, seed=seed)
 
     return Comparison(
         a=label_a,
@@ -146,24 +136,40 @@ def compare_frames(
         masked_pairs=masked,
         unpaired=unpaired,
         agreement=(n - len(only_a) - len(only_b)) / n if n else 1.0,
-        rate_a=rate(scored, "resolved"),
-        rate_b=rate(scored, "resolved_b"),
+        rate_a=_rate(scored, "resolved"),
+        rate_b=_rate(scored, "resolved_b"),
         delta=delta,
         ci_low=low,
         ci_high=high,
         p_value=p_value,
         flips={
-            "resolved_only_in_a": {"count": len(only_a), "instance_ids": only_a},
-            "resolved_only_in_b": {"count": len(only_b), "instance_ids": only_b},
+            f"resolved_only_in_{s}": {"count": len(ids), "instance_ids": ids}
+            for s, ids in (("a", only_a), ("b", only_b))
         },
         image_mismatch=_image_mismatch(a, b),
         instances=instances,
         test=test,
         errored_pairs=both.height - n,
         rl_pairs=unmasked.height,
-        rl_rate_a=rate(unmasked, "resolved"),
-        rl_rate_b=rate(unmasked, "resolved_b"),
+        rl_rate_a=_rate(unmasked, "resolved"),
+        rl_rate_b=_rate(unmasked, "resolved_b"),
     )
+
+
+def _paired_test(
+    scored: pl.DataFrame, only_a: int, only_b: int, several: bool, *, resamples: int, seed: int
+) -> tuple[float, str]:
+    """The paired test's p-value and name: McNemar's exact test on the flips with one sample per
+    instance; with several, a sign-flip test on per-instance *sums* (the pooled delta the interval is about)."""
+    if several:
+        return sign_flip_test(_per_instance(scored)["s"].to_list(), resamples=resamples, seed=seed), "sign-flip"
+    return mcnemar_exact(only_a, only_b), "mcnemar-exact"
+
+
+def _rate(frame: pl.DataFrame, column: str) -> float:
+    import polars as pl
+
+    return float(frame[column].cast(pl.Int64).sum()) / frame.height if frame.height else 0.0
 
 
 def _per_instance(scored: pl.DataFrame) -> pl.DataFrame:

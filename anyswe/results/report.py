@@ -207,6 +207,25 @@ def render_report(run_dir: str | Path, *, chunks: Path | None = None, problems: 
     return _page(run, tasks, chunks, problems)
 
 
+#: The cell table's columns, in order (the RL columns go after ``masked`` where the rates differ).
+CELL_COLUMNS = (
+    "cell",
+    "tasks",
+    "resolved",
+    "scored",
+    "resolve_rate",
+    "ci_low",
+    "ci_high",
+    "masked",
+    "patch_rate",
+    "apply_failures",
+    "flagged",
+    "mean_time_agent",
+    "mean_time_grading",
+    "mean_time_total",
+)
+
+
 def _page(run: Path, tasks: pl.DataFrame, chunks: Path | None, problems: list[str] | None = None) -> str:
     cells = cell_table(tasks).to_dicts()
     plan = json.loads((run / "plan.json").read_text()) if (run / "plan.json").is_file() else {}
@@ -214,22 +233,7 @@ def _page(run: Path, tasks: pl.DataFrame, chunks: Path | None, problems: list[st
         comparisons = compare_by(tasks, "provider")
     except ResultsError:
         comparisons = []
-    cell_cols = [
-        "cell",
-        "tasks",
-        "resolved",
-        "scored",
-        "resolve_rate",
-        "ci_low",
-        "ci_high",
-        "masked",
-        "patch_rate",
-        "apply_failures",
-        "flagged",
-        "mean_time_agent",
-        "mean_time_grading",
-        "mean_time_total",
-    ]
+    cell_cols = list(CELL_COLUMNS)
     if rates_differ(cells):  # the RL rate beside the harness rate, only where they differ
         at = cell_cols.index("masked") + 1
         cell_cols[at:at] = ["rl_resolved", "rl_scored", "rl_rate"]
