@@ -74,12 +74,15 @@ def _parent_fd(root: Path, parts: list[str]) -> Iterator[int]:
         os.close(fd)
 
 
-def read_task_file(root: Path, rel: str, *, limit: int = READ_LIMIT, tail: bool = False) -> str | None:
+def read_task_file(
+    root: Path, rel: str, *, limit: int = READ_LIMIT, tail: bool = False, errors: str = "replace"
+) -> str | None:
     """The text of ``root/rel``, a file a sandbox could write; None when it does not exist.
 
     Never through a symbolic link (at any step), only a regular file, at most ``limit`` bytes (the
     first, or the last with ``tail``), the truncation noted in the text. A file that is refused
-    gives a one-line note saying why instead of its content.
+    gives a one-line note saying why instead of its content. ``errors``: how bytes that are not
+    UTF-8 are decoded (``surrogateescape`` keeps them, for a reader that names where they are).
     """
     parts = _parts(rel)
     try:
@@ -104,7 +107,7 @@ def read_task_file(root: Path, rel: str, *, limit: int = READ_LIMIT, tail: bool 
         return f"[anyswe: {rel} not copied: {exc}]\n"
     except OSError as exc:
         return f"[anyswe: {rel} not copied: {exc.strerror or exc}]\n"
-    text = data[:limit].decode(errors="replace")
+    text = data[:limit].decode(errors=errors)
     if tail and st.st_size > limit:
         return f"[anyswe: {rel}: only the last {limit} of {st.st_size} bytes]\n{text}"
     if len(data) > limit:

@@ -286,12 +286,13 @@ def read_trajectory(
     such error); else it is raised (:class:`ResultsError`), but for a last line cut short, which a
     writer killed mid-line leaves and which is skipped.
 
-    ``text``: the file's text, already read (by a reader that does not follow links); ``path`` then
-    only names it in errors."""
+    ``text``: the file's text, already read (by a reader that does not follow links, decoding with
+    ``surrogateescape``); ``path`` then only names it in errors."""
     p = Path(path)
     try:
         # Bytes, so that a line that is not UTF-8 is that line's located error, not the whole file's.
-        lines = (p.read_bytes() if text is None else text.encode(errors="surrogatepass")).split(b"\n")
+        # ``text`` read with surrogateescape gives back the file's own bytes.
+        lines = (p.read_bytes() if text is None else text.encode(errors="surrogateescape")).split(b"\n")
     except OSError as exc:
         if problems is None:
             raise ResultsError(f"cannot read the trajectory {p}: {exc}") from None

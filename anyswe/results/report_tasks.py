@@ -65,7 +65,7 @@ def _steps(run: Path, key: str, row: dict[str, Any], problems: list[str]) -> lis
     from anyswe.gateway.trajectory import read_trajectory
 
     rel = str(row.get("trajectory_path") or f"tasks/{key}/trajectory.jsonl")
-    text = _file(run, rel, limit=TRAJECTORY_LIMIT)
+    text = _file(run, rel, limit=TRAJECTORY_LIMIT, errors="surrogateescape")  # a bad byte: its line's problem
     if text is None:
         return []
     beside = PurePosixPath(rel).parent
