@@ -54,6 +54,11 @@ class DatasetError(AnysweError):
     """A dataset cannot be found, read or routed to a grading harness."""
 
 
+class RequestError(AnysweError):
+    """A request to ``anyswe serve`` is its own fault (a 400): the message names the field, and echoes
+    only what the request sent."""
+
+
 class InfraError(AnysweError):
     """Something outside the task failed: a runtime, an image, the host. Samples that hit it are masked.
 

@@ -44,11 +44,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from anyswe.errors import AnysweError
+from anyswe.errors import AnysweError, RequestError
 from anyswe.gym import gym_response
 from anyswe.serve_request import (
     MAX_DEPTH,
-    RequestError,
     Requests,
     ServeConfig,
     json_depth,

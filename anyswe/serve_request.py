@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from anyswe.errors import AnysweError
+from anyswe.errors import RequestError
 
 #: Gym's rollout path prefix (nemo_gym.config_types.ROLLOUT_PATH_PREFIX).
 ROLLOUT_PREFIX = "ng-rollout"
@@ -100,10 +100,6 @@ REQUEST_KEYS = ("agent", "model", "provider", "dataset")
 SAMPLING = ("model", "temperature", "top_p", "max_output_tokens")
 #: How deep a request's JSON may nest (deeper: a 400; Python's own parsers recurse).
 MAX_DEPTH = 64
-
-
-class RequestError(AnysweError):
-    """A request's own fault (a 400): the message names the field, and echoes only what the request sent."""
 
 
 def _needs_model(agent: Mapping[str, Any]) -> bool:
