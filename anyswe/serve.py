@@ -140,7 +140,9 @@ class Server:
         if self.token is None:  # not yet made: nothing is let in before it is
             return False
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
+        # aiohttp decodes header bytes with surrogateescape: encoded back the same way, any bytes compare.
+        given_bytes = given.strip().encode(errors="surrogateescape")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given_bytes, self.token.encode())
 
     async def _body(self, request: web.Request) -> Any:
         """The request's JSON body, read within ``body_timeout`` and nested at most MAX_DEPTH deep."""

@@ -50,6 +50,11 @@ class ServeConfig(BaseModel):
     #: the others a row may name. A row naming any other is refused.
     dataset: str | None = None
     datasets: list[str] = Field(default_factory=list)
+    #: Whether a request's ``instance_dict`` is the row run (its image fields, its repo's scripts,
+    #: its test lists and so its reward). Off: the row is looked up by ``instance_id`` in the declared
+    #: dataset and ``instance_dict`` is not read, since a row given inline chooses which local image
+    #: runs and what grading runs. On only for clients trusted with that (rows of a dataset not here).
+    inline_rows: bool = False
     timeouts: dict[str, float] = Field(default_factory=dict)
     concurrency: int = Field(default=4, ge=1)
     queue: int = Field(default=1024, ge=0)
@@ -194,7 +199,7 @@ class Requests:
                     f"anyswe.{str(key)[:40]}: a request may name only the server's "
                     f"{', '.join(REQUEST_KEYS)}; everything else is the server's config"
                 )
-        row = meta.get("instance_dict")
+        row = meta.get("instance_dict") if self.config.inline_rows else None
         if isinstance(row, str):
             try:
                 row = json.loads(row)
@@ -209,11 +214,14 @@ class Requests:
             model = None  # gold, replay: the server's model is not theirs
         elif model is not None and model.get("api") != "scripted":
             model = self._policy_model(model, params, body.get("_ng_rollout_id"))
+        dataset = self._dataset(own, meta)
+        if dataset is None and not isinstance(instance, Mapping):
+            raise RequestError("this server declares no dataset to look the instance up in (`dataset:` in its config)")
         return instance, {
             "agent": agent,
             "provider": self._named(own, "provider"),
             "model": model,
-            "dataset": self._dataset(own, meta),
+            "dataset": dataset,
             "timeouts": self.config.timeouts,
         }
 

@@ -158,9 +158,10 @@ def test_bad_requests_are_refused_naming_the_field(server: Served) -> None:
                 {
                     "responses_create_params": {
                         "input": [],
+                        # The row is the declared dataset's, looked up by id (an inline row is not read).
                         "metadata": {
-                            "instance_id": "demo__calc-1",
-                            "dataset_name": "demo",
+                            "instance_id": "demo__nope-9",
+                            "dataset_name": "demo-swebench",
                             "instance_dict": "{not json",
                         },
                     }
@@ -171,7 +172,7 @@ def test_bad_requests_are_refused_naming_the_field(server: Served) -> None:
     assert [status for status, _ in answers] == [400, 400, 400]
     assert "metadata.instance_id" in answers[0][1]["error"]
     assert "nope" in answers[1][1]["error"]
-    assert "instance_dict is not JSON" in answers[2][1]["error"]
+    assert "has no instance 'demo__nope-9'" in answers[2][1]["error"]
     assert server.health()["served"] == 0
 
 

@@ -23,7 +23,7 @@ PLANTED = "planted-secret-value-31"
 
 
 def test_the_policy_model_is_routed_as_gym_routes_it() -> None:
-    server = Server(ServeConfig(model={"api": "openai-chat", "base_url": "http://10.0.0.5:8000/"}))
+    server = Server(ServeConfig(model={"api": "openai-chat", "base_url": "http://10.0.0.5:8000/"}, dataset="demo"))
     params = {
         "model": "Qwen/Qwen3-Coder-30B-A3B-Instruct",
         "temperature": 0.7,
@@ -43,7 +43,7 @@ def test_the_policy_model_is_routed_as_gym_routes_it() -> None:
     del body["_ng_rollout_id"]
     assert server.blocks(body)[1]["model"]["base_url"] == "http://10.0.0.5:8000/v1"
     # A root configured with its /v1 (as OpenAI clients are) gets no second one: it came out /v1/v1.
-    with_v1 = Server(ServeConfig(model={"api": "openai-chat", "base_url": "http://10.0.0.5:8000/v1"}))
+    with_v1 = Server(ServeConfig(model={"api": "openai-chat", "base_url": "http://10.0.0.5:8000/v1"}, dataset="demo"))
     assert with_v1.blocks({**body, "_ng_rollout_id": "r-8"})[1]["model"]["base_url"] == (
         "http://10.0.0.5:8000/ng-rollout/r-8/v1"
     )
@@ -54,9 +54,17 @@ def test_the_policy_model_is_routed_as_gym_routes_it() -> None:
 
 
 def test_a_row_in_the_metadata_is_the_instance_of_a_declared_dataset() -> None:
-    server = Server(ServeConfig(dataset="demo", datasets=["demo-swebench"]))
-    row = {"instance_id": "x__y-1", "repo": "x/y", "base_commit": "abc"}
+    row = {"instance_id": "x__y-1", "repo": "x/y", "base_commit": "abc", "docker_image": "any/local:image"}
     meta: dict[str, Any] = {"instance_id": "x__y-1", "instance_dict": row, "dataset_name": "demo-swebench"}
+    # By default the row is the declared dataset's, looked up by id: an inline row would choose the
+    # local image that runs and the scripts and test lists that grade it (and so the reward).
+    instance, blocks = Server(ServeConfig(dataset="demo", datasets=["demo-swebench"])).blocks(
+        {"responses_create_params": {"metadata": meta}}
+    )
+    assert instance == "x__y-1" and blocks["dataset"] == "demo-swebench"
+    with pytest.raises(RequestError, match="declares no dataset"):
+        Server(ServeConfig()).blocks({"responses_create_params": {"metadata": {"instance_id": "x__y-1"}}})
+    server = Server(ServeConfig(dataset="demo", datasets=["demo-swebench"], inline_rows=True))
     instance, blocks = server.blocks({"responses_create_params": {"metadata": meta}})
     assert instance == row and blocks["dataset"] == "demo-swebench"
     del meta["dataset_name"]  # the server's own dataset
@@ -220,7 +228,9 @@ def test_failures_are_named_in_gyms_shared_vocabulary(facts: dict[str, object], 
 
 def test_a_model_free_agent_asked_for_gets_no_model() -> None:
     server = Server(
-        ServeConfig(model={"api": "scripted", "protocol": "openai-chat"}, agents={"gold": {"type": "gold"}})
+        ServeConfig(
+            model={"api": "scripted", "protocol": "openai-chat"}, agents={"gold": {"type": "gold"}}, dataset="demo"
+        )
     )
     body = {
         "responses_create_params": {"metadata": {"instance_id": "demo__calc-1"}},
@@ -339,6 +349,14 @@ def test_a_connection_that_never_finishes_its_headers_is_closed() -> None:
                 conn.sendall(head.encode() + b"Content-Length: 100\r\n\r\n{")  # and never the other 99
                 return conn.recv(4096)
 
+        def bad_bytes() -> bytes:  # a token that is not UTF-8 is a wrong token, not a crash (a 500)
+            with socket.create_connection(("127.0.0.1", server.port), timeout=30) as conn:
+                conn.sendall(
+                    b"POST /run HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\nContent-Length: 0\r\n\r\n"
+                )
+                return conn.recv(4096)
+
+        assert (await asyncio.to_thread(bad_bytes)).startswith(b"HTTP/1.1 401")
         took = await asyncio.to_thread(slow)
         assert took < 25, took  # well before the socket's own 30 s: the server's 1 s clock closed it
         answer = await asyncio.to_thread(slow_body)
