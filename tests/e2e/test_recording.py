@@ -23,14 +23,16 @@ class UnwritableConfig(GoldConfig):
 
 
 class UnwritableAgent(GoldAgent):
-    """Resolves the task (the gold patch), and leaves an artefact no file can hold (a lone surrogate)."""
+    """Resolves the task (the gold patch), and leaves an artefact that cannot be written: in a folder
+    that does not exist, as an artefact past a full disk or a vanished run directory cannot be (a lone
+    surrogate, this test's first way, is now written as U+FFFD: issue 31)."""
 
     name: ClassVar[str] = "gold-unwritable"
     config_class = UnwritableConfig
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         outcome = await super().run(ctx)
-        outcome.artifacts["notes.txt"] = "half a character: \ud800"
+        outcome.artifacts["no-such-folder/notes.txt"] = "notes"
         return outcome
 
 
@@ -50,7 +52,7 @@ def test_a_resolved_task_that_cannot_be_recorded_is_an_unresolved_error(docker_i
     assert "(0 resolved, 1 with errors: 1 internal)" in r.output, r.output
     (row,) = read_results(out / "results.jsonl")
     assert (row.resolved, row.reward, row.error_kind, row.mask_sample) == (False, 0.0, "internal", True)
-    assert "recording the task's results failed: UnicodeEncodeError" in (row.error or "")
+    assert "recording the task's results failed: FileNotFoundError" in (row.error or "")
     status = runner.invoke(app, ["status", str(out)])
     # planned, finished, resolved, errors, pending
     assert re.search(r"g\.none\.docker\W+1\W+1\W+0\W+1\W+0\W", status.output), status.output
