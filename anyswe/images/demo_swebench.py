@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from anyswe.images.swebench_build import activate_script
@@ -44,18 +45,32 @@ def demo_build_context(instance_id: str, base_image: str) -> tuple[Path, str]:
     sb.register_custom_repo(instance.repo, instance.version, **spec)
     name = instance.repo.rsplit("/", 1)[-1]
     setup_repo = sb.repo_script(instance, clone_from=f"/src/{name}")
-    context = out / "swebench"
-    shutil.rmtree(context, ignore_errors=True)
-    (context / "testbed-env" / "bin").mkdir(parents=True)
-    os.symlink("/usr/bin/python3", context / "testbed-env" / "bin" / "python")
-    pytest_bin = context / "testbed-env" / "bin" / "pytest"
-    pytest_bin.write_text(_DEMO_PYTEST)
-    pytest_bin.chmod(0o755)
-    shutil.copytree(out / "testbed", context / "source", symlinks=True)
-    (context / "activate").write_text(activate_script())
-    (context / "setup_repo.sh").write_text(setup_repo)
     dockerfile = _DEMO_DOCKERFILE.format(base_image=base_image, name=name)
-    (context / "Dockerfile").write_text(dockerfile)
     tag_hash = hashlib.sha256("\0".join([out.name, dockerfile, setup_repo, activate_script(), _DEMO_PYTEST]).encode())
     tag_hash_hex = tag_hash.hexdigest()[:12]
-    return context / "Dockerfile", f"anyswe-demo/swe-{instance_id.replace('__', '_1776_').lower()}:{tag_hash_hex}"
+    tag = f"anyswe-demo/swe-{instance_id.replace('__', '_1776_').lower()}:{tag_hash_hex}"
+    # Content-addressed and made whole before it appears: several processes (pytest-xdist workers,
+    # a driver beside `anyswe serve`) build the same task's context at once, and one rebuilding it in
+    # place while another's docker build reads it failed with EEXIST or sent a half-copied context.
+    context = out / f"swebench-{tag_hash_hex}"
+    if (context / "Dockerfile").is_file():
+        return context / "Dockerfile", tag
+    staging = Path(tempfile.mkdtemp(prefix=".swebench-", dir=out))
+    try:
+        (staging / "testbed-env" / "bin").mkdir(parents=True)
+        os.symlink("/usr/bin/python3", staging / "testbed-env" / "bin" / "python")
+        pytest_bin = staging / "testbed-env" / "bin" / "pytest"
+        pytest_bin.write_text(_DEMO_PYTEST)
+        pytest_bin.chmod(0o755)
+        shutil.copytree(out / "testbed", staging / "source", symlinks=True)
+        (staging / "activate").write_text(activate_script())
+        (staging / "setup_repo.sh").write_text(setup_repo)
+        (staging / "Dockerfile").write_text(dockerfile)  # written last: its presence means complete
+        try:
+            os.rename(staging, context)
+        except OSError:  # another process put the same content there first
+            if not (context / "Dockerfile").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return context / "Dockerfile", tag

@@ -64,3 +64,38 @@ def test_agent_view_hides_answers(rows: dict[str, object]) -> None:
     dumped = view.model_dump()
     assert set(dumped) == {"instance_id", "repo", "base_commit", "problem_statement"}
     assert "a + b" not in str(dumped)
+
+
+def _context_of(args: tuple[str, str, bool]) -> tuple[str, str, dict[str, str]]:
+    """In a fresh process: build ``instance``'s context and read it back whole."""
+    import os
+
+    cache, instance, shaped = args
+    os.environ["ANYSWE_CACHE"] = cache
+    dockerfile, tag = demo.build_context(instance, "anyswe-base:test", swebench_shaped=shaped)
+    files = {
+        str(p.relative_to(dockerfile.parent)): p.read_text()
+        for p in sorted(dockerfile.parent.rglob("*"))
+        if p.is_file() and not p.is_symlink() and ".git/" not in str(p)
+    }
+    return str(dockerfile), tag, files
+
+
+@pytest.mark.parametrize("shaped", [False, True], ids=["plain", "swebench-shaped"])
+def test_build_context_from_several_processes_at_once(tmp_path: Path, shaped: bool) -> None:
+    """Two CI workers built one task's context at once: one rebuilt it in place while the other's
+    docker build read it (EEXIST, and once an image from a half-copied context under a good tag).
+    Each process gets the same whole context, and a cached one is reused, never rebuilt."""
+    import multiprocessing
+
+    jobs = [(str(tmp_path), "demo__calc-1", shaped)] * 8
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        got = pool.map(_context_of, jobs)
+    assert len({(d, t) for d, t, _ in got}) == 1
+    files = got[0][2]
+    assert "Dockerfile" in files and all(f == files for _, _, f in got)
+    if shaped:
+        assert {"setup_repo.sh", "activate", "testbed-env/bin/pytest"} <= set(files)
+        assert not list(Path(got[0][0]).parent.parent.glob(".swebench-*"))  # no staging dir left
+    again = _context_of(jobs[0])
+    assert again == got[0]

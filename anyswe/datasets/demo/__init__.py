@@ -170,7 +170,13 @@ def build_context(instance_id: str, base_image: str, *, swebench_shaped: bool = 
     _, out = materialize(task_dir)
     dockerfile = f"FROM {base_image}\nCOPY testbed /testbed\nWORKDIR /testbed\n"
     docker_file = out / "Dockerfile"
-    docker_file.write_text(dockerfile)
+    if not docker_file.is_file() or docker_file.read_text() != dockerfile:
+        # Renamed into place: another process's docker build may be reading it (a truncating write
+        # gave it an empty Dockerfile for a moment).
+        fd, tmp = tempfile.mkstemp(prefix=".Dockerfile-", dir=out)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(dockerfile)
+        os.replace(tmp, docker_file)
     tag_hash = hashlib.sha256((out.name + "\0" + dockerfile).encode()).hexdigest()[:12]
     return docker_file, f"anyswe-demo/{instance_id.replace('__', '_1776_').lower()}:{tag_hash}"
 
