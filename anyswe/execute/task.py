@@ -12,6 +12,7 @@ in the output.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -20,11 +21,11 @@ import json
 import shutil
 import time
 import traceback
-from collections.abc import Hashable
+from collections.abc import Awaitable, Hashable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from anyswe._files import task_state_dir
 from anyswe._proc import MAX_OUTPUT_BYTES
@@ -53,6 +54,9 @@ if TYPE_CHECKING:
     from anyswe.sandbox import Sandbox, SandboxProvider
 
 
+T = TypeVar("T")
+
+
 @dataclass
 class AgentRun:
     """What the agent phase gives: the outcome, whether the host stopped it, and its own error."""
@@ -70,7 +74,6 @@ class AgentRun:
 class _Trace:
     """Times and the failure of one task, filled in as its phases run."""
 
-    times: dict[str, float] = field(default_factory=dict)
     error_kind: ErrorKind | None = None
     error: str | None = None
     error_permanent: bool = False
@@ -78,13 +81,42 @@ class _Trace:
     #: The agent's patch's size, and the cap that decided the task (None: none did).
     patch_bytes: int | None = None
     limit_hit: str | None = None
+    #: Seconds per phase, unrounded. Each lap runs from the end of the one before, so the phases
+    #: partition the task's wall time: a step between two named phases is never in none of them.
+    laps: dict[str, float] = field(default_factory=dict)
+    _mark: float = field(default_factory=time.monotonic)
 
-    async def timed(self, name: str, phase: Any) -> Any:
-        start = time.monotonic()
+    def lap(self, name: str) -> None:
+        """Charge the time since the last lap to phase ``name`` (added, for a phase entered twice)."""
+        now = time.monotonic()
+        self.laps[name] = self.laps.get(name, 0.0) + now - self._mark
+        self._mark = now
+
+    def close(self) -> None:
+        """Charge what is left (a failure's cleanup: stopping the sandbox) to the phase it followed."""
+        self.lap(next(reversed(self.laps), "time_image"))
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Charge the block, with any step since the last lap, to ``name`` (also when it raises)."""
         try:
-            return await phase
+            yield
         finally:
-            self.times[name] = round(time.monotonic() - start, 3)
+            self.lap(name)
+
+    async def timed(self, name: str, phase: Awaitable[T]) -> T:
+        """Await ``phase`` as :meth:`phase` charges a block."""
+        with self.phase(name):
+            return await phase
+
+    @property
+    def times(self) -> dict[str, float]:
+        """The row's ``time_*`` fields: each phase that ran, and ``time_total``, their sum."""
+        if not self.laps:  # no phase ran: the task never started
+            return {}
+        out = {name: round(t, 3) for name, t in self.laps.items()}
+        out["time_total"] = round(sum(self.laps.values()), 3)
+        return out
 
 
 def _now() -> str:
@@ -132,12 +164,13 @@ async def work(
         log_lines=trace.log_lines,
     )
     base = unit.instance.base_commit
-    check = functools.partial(seal_repository, sandbox, harness.workdir, base)
-    seal = await seals.check(image_key, check)
-    if seal.finding != "sealed":
-        trace.log_lines.append(f"repository before the agent: {seal.finding}")
-    # Computed here, on the host: neither patch ever enters the agent's sandbox.
-    check_starting_point(seal, base, forbidden_files(unit.instance), harness.workdir)
+    with trace.phase("time_seal"):
+        check = functools.partial(seal_repository, sandbox, harness.workdir, base)
+        seal = await seals.check(image_key, check)
+        if seal.finding != "sealed":
+            trace.log_lines.append(f"repository before the agent: {seal.finding}")
+        # Computed here, on the host: neither patch ever enters the agent's sandbox.
+        check_starting_point(seal, base, forbidden_files(unit.instance), harness.workdir)
     if seal.commits:
         trace.log_lines.append(f"starting point: {seal.head}, {len(seal.commits)} commit(s) after the base {base}")
     run = await trace.timed("time_agent", run_agent(agent, ctx, unit.agent_timeout))
@@ -155,22 +188,23 @@ async def _after_agent(
     unit: WorkUnit, agent: Agent, harness: Harness, sandbox: Sandbox[Any], trace: _Trace, run: AgentRun, head: str
 ) -> str:
     """The agent's sandbox once it is done: alive?, its leftovers ended, its patch captured."""
-    # A sandbox killed under the agent makes its failure (or its submission) no result of its own.
-    await sandbox.check_alive("the agent's work", settle=2 if run.error or run.timed_out else 0)
-    # What the agent left running (a daemon, a fork bomb out of its group) ends here: it could change
-    # the repository under the capture, or hold every pid so that the capture's failure looked infra.
-    if ended := await end_strays(sandbox):
-        trace.log_lines.append(f"ended {ended} process(es) the agent left running")
+    with trace.phase("time_settle"):
+        # A sandbox killed under the agent makes its failure (or its submission) no result of its own.
+        await sandbox.check_alive("the agent's work", settle=2 if run.error or run.timed_out else 0)
+        # What the agent left running (a daemon, a fork bomb out of its group) ends here: it could change
+        # the repository under the capture, or hold every pid so that the capture's failure looked infra.
+        if ended := await end_strays(sandbox):
+            trace.log_lines.append(f"ended {ended} process(es) the agent left running")
     patch = run.outcome.submitted_patch
-    if patch is None:
-        capture = capture_patch(sandbox, harness.workdir, head, agent.capture_excludes)
-        try:
-            patch = await trace.timed("time_patch_capture", capture)
-        except PatchCaptureFailed as exc:
-            await sandbox.check_alive("the patch capture", settle=2)  # a sandbox lost is not the agent's
-            run.fail(f"{type(exc).__name__}: {exc}")
-            patch = ""
-    return patch_within_cap(unit, run, patch, trace)
+    with trace.phase("time_patch_capture"):
+        if patch is None:
+            try:
+                patch = await capture_patch(sandbox, harness.workdir, head, agent.capture_excludes)
+            except PatchCaptureFailed as exc:
+                await sandbox.check_alive("the patch capture", settle=2)  # a sandbox lost is not the agent's
+                run.fail(f"{type(exc).__name__}: {exc}")
+                patch = ""
+        return patch_within_cap(unit, run, patch, trace)
 
 
 def patch_within_cap(unit: WorkUnit, run: AgentRun, patch: str, trace: _Trace) -> str:
@@ -219,7 +253,6 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
     """Run one unit of work; never raises for a task's own failure (it is in the result)."""
     trace = _Trace()
     started = _now()
-    t0 = time.monotonic()
     image: str | None = None
     provenance = Provenance()
     run: AgentRun | None = None
@@ -227,24 +260,27 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
     verdict: Verdict | None = None
     try:
         provider, agent, harness = worker.provider(unit), worker.agent(unit), get_harness(unit.harness)
-        image = await trace.timed("time_image", worker.images.image_for(provider, unit.image, unit.instance))
-        provenance = await worker.images.provenance(provider, image)
+        with trace.phase("time_image"):
+            image = await worker.images.image_for(provider, unit.image, unit.instance)
+            provenance = await worker.images.provenance(provider, image)
         state_dir = task_state_dir()  # removed once its sandbox is gone
         remove_state = functools.partial(shutil.rmtree, state_dir, True)
         try:
-            request = SandboxRequest(image, run_id=unit.run_id, task_id=unit.key, phase="agent")
-            # An agent may need more of its sandbox (its bundle, the gateway): building a bundle takes a while.
-            request = await in_thread(agent.sandbox_request, request, model=unit.endpoint, state_dir=state_dir)
-            sandbox = await trace.timed("time_sandbox_start", provider.start(request))
+            with trace.phase("time_sandbox_start"):
+                request = SandboxRequest(image, run_id=unit.run_id, task_id=unit.key, phase="agent")
+                # An agent may need more of its sandbox (its bundle, the gateway): building a bundle takes a while.
+                request = await in_thread(agent.sandbox_request, request, model=unit.endpoint, state_dir=state_dir)
+                sandbox = await provider.start(request)
         except BaseException:
             remove_state()
             raise
         with stopped_on_failure(sandbox, remove_state):
             key = _image_key(sandbox, harness.workdir, unit.instance.base_commit)
             run, patch = await work(unit, agent, harness, sandbox, trace, state_dir, worker.seals, key)
-        # The grading sandbox starts while the agent's is being removed.
-        provider.stop_later(sandbox, remove_state)
-        verdict = await trace.timed("time_grading", grade(unit, provider, image, harness, patch))
+        with trace.phase("time_grading"):
+            # The grading sandbox starts while the agent's is being removed.
+            provider.stop_later(sandbox, remove_state)
+            verdict = await grade(unit, provider, image, harness, patch)
     except InfraError as exc:
         trace.error_kind, trace.error = "infra", f"{type(exc).__name__}: {exc}"
         trace.error_permanent = exc.permanent
@@ -252,7 +288,7 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
         trace.error_kind, trace.error = "grading", f"{type(exc).__name__}: {exc}"
     except Exception:  # a bug in anyswe must not stop the other tasks; the task runs again next time
         trace.error_kind, trace.error = "internal", traceback.format_exc()
-    trace.times["time_total"] = round(time.monotonic() - t0, 3)
+    trace.close()
     result = classify(unit, trace, run, patch, verdict, image=image, started_at=started, provenance=provenance)
     files = artifacts(result, trace, verdict)
     if run is not None:

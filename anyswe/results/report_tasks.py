@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from anyswe._files import read_task_file
 from anyswe.errors import ResultsError
+from anyswe.results.schema import PHASE_FIELDS
 
 if TYPE_CHECKING:
     import polars as pl
@@ -36,7 +37,7 @@ INLINE_TASKS = 2000
 CHUNK = 500
 #: Unreadable trajectory lines listed above the task table (each task lists all of its own).
 MAX_PROBLEMS = 50
-PHASES = ("time_image", "time_sandbox_start", "time_agent", "time_patch_capture", "time_grading")
+PHASES = PHASE_FIELDS
 #: The most read of a trajectory (its steps are drawn, each text cut); other files: _files.READ_LIMIT.
 TRAJECTORY_LIMIT = 256 * 1024 * 1024
 

@@ -27,14 +27,24 @@ from anyswe.errors import ResultsError
 if TYPE_CHECKING:
     import polars as pl
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 ErrorKind = Literal["infra", "agent", "grading", "internal"]
 #: Error kinds after which a task runs again on the next apply: the task itself never failed.
 RETRYABLE: frozenset[str] = frozenset({"infra", "internal"})
 
-#: Phase timings in seconds, in pipeline order.
-TIME_FIELDS = ("time_image", "time_sandbox_start", "time_agent", "time_patch_capture", "time_grading", "time_total")
+#: Phase timings in seconds, in pipeline order. The phases partition ``time_total`` (schema 8 on):
+#: each runs from the end of the one before, so a step between two is in the later one.
+PHASE_FIELDS = (
+    "time_image",
+    "time_sandbox_start",
+    "time_seal",
+    "time_agent",
+    "time_settle",
+    "time_patch_capture",
+    "time_grading",
+)
+TIME_FIELDS = (*PHASE_FIELDS, "time_total")
 
 
 class TaskResult(BaseModel):
@@ -42,7 +52,7 @@ class TaskResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[7] = 7
+    schema_version: Literal[8] = 8
     # -- identity: which task, which attempt --------------------------------------------------------
     key: str
     cell: str
@@ -134,13 +144,23 @@ class TaskResult(BaseModel):
         description="Why the sample is masked (execute/decide.py: infra, grading, internal, agent_timeout, "
         "off_policy, forced_stop); None when it is not.",
     )
-    # -- timings (seconds) ----------------------------------------------------------------------------
-    time_image: float | None = None
-    time_sandbox_start: float | None = None
+    # -- timings (seconds; each phase from the end of the one before, None if it never began) ---------
+    time_image: float | None = Field(default=None, description="Image made runnable, and its digests.")
+    time_sandbox_start: float | None = Field(
+        default=None, description="The agent's sandbox request (its bundle) and the sandbox started."
+    )
+    time_seal: float | None = Field(default=None, description="The repository's starting point checked.")
     time_agent: float | None = None
-    time_patch_capture: float | None = None
-    time_grading: float | None = None
-    time_total: float | None = None
+    time_settle: float | None = Field(
+        default=None, description="After the agent: the sandbox checked alive, the processes it left ended."
+    )
+    time_patch_capture: float | None = Field(
+        default=None, description="The patch captured (or taken as submitted) and capped."
+    )
+    time_grading: float | None = Field(
+        default=None, description="The agent's sandbox handed to teardown; a fresh one started, graded, handed back."
+    )
+    time_total: float | None = Field(default=None, description="The sum of the phases: the task's wall time.")
 
     @property
     def retryable(self) -> bool:
@@ -180,7 +200,8 @@ def _migrate_v1(row: dict[str, Any]) -> dict[str, Any]:
 def _migrate_v2(row: dict[str, Any]) -> dict[str, Any]:
     """Schema 2: no provenance fields yet (they stay unknown); schema 3: every infra error was transient;
     schema 4: no caps recorded (there were none: their fields stay None); schema 5: no flags (None);
-    schema 6: no mask reason (what decide() gives for the row's facts, for a masked row)."""
+    schema 6: no mask reason (what decide() gives for the row's facts, for a masked row); schema 7: no seal
+    or settle phase (None), and its phases did not add up to its total (steps between them were in none)."""
     return {**row, "schema_version": SCHEMA_VERSION}
 
 
@@ -217,7 +238,7 @@ def parse_row(row: Any, where: str) -> TaskResult:
     version = row.get("schema_version", 1)
     if version == 1:
         row = _migrate_v1(row)
-    elif version in (2, 3, 4, 5, 6):
+    elif version in (2, 3, 4, 5, 6, 7):
         row = _migrate_v2(row)
     elif version != SCHEMA_VERSION:
         raise ResultsError(

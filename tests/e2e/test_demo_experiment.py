@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from anyswe.experiment import Experiment
-from anyswe.results.schema import SCHEMA_VERSION, TaskResult
+from anyswe.results.schema import PHASE_FIELDS, SCHEMA_VERSION, TaskResult
 from anyswe.results.store import read_rows
 
 pytestmark = pytest.mark.containers
@@ -63,11 +63,18 @@ def test_run_directory_contents(demo: Experiment) -> None:
         "agent_timed_out",
         "exit_reason",
         "time_sandbox_start",
+        "time_seal",
         "time_agent",
+        "time_settle",
         "time_patch_capture",
         "time_grading",
     ):
         assert all(key in r for r in rows), key
+    # The phases partition each task's wall time: none is left out (5.7 s per task were, issue 35).
+    for r in rows:
+        phases = [r[name] for name in PHASE_FIELDS if r[name] is not None]
+        assert len(phases) == len(PHASE_FIELDS), r
+        assert abs(sum(phases) - r["time_total"]) <= 0.001 * len(phases), r
     # Every line of results.jsonl is a TaskResult of the current schema, as written.
     for line in (run / "results.jsonl").read_text().splitlines():
         assert TaskResult.model_validate_json(line).schema_version == SCHEMA_VERSION
