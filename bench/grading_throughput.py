@@ -110,9 +110,12 @@ def main() -> None:
                 phases[p].append(ph)
                 agree[p] = agree.get(p, True) and verdicts == anchor
         base = statistics.median(walls["swebench"])
+        rate = len(ids) * 3600 / base / cores
         print(
-            f"\nconcurrency {c}: swebench run_evaluation (docker) {base:.1f} s, {len(ids) * 3600 / base / cores:.0f} instances/core-hour, resolved {sum(anchor.values())}/{len(ids)}"
-        )  # noqa: E501
+            f"\nconcurrency {c}: swebench run_evaluation (docker) {base:.1f} s, {rate:.0f} instances/core-hour, ",
+            end="",
+        )
+        print(f"resolved {sum(anchor.values())}/{len(ids)}")
         for p in providers:
             wall = statistics.median(walls[p])
             per = {f: statistics.median(x[f] for x in phases[p]) for f in phases[p][0]}

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from anyswe.agents import agent_class
+from anyswe.config import cache_dir
 from anyswe.errors import RuntimeNotAvailable, SandboxError
 from anyswe.execute.seal import SealedImages
 from anyswe.images.resolve import ImageResolver
@@ -34,7 +35,7 @@ class Worker:
         self._providers: dict[tuple[str, str], SandboxProvider[Any]] = {}
         self._agents: dict[tuple[str, str | None], Agent] = {}
         self.images = ImageResolver()
-        self.seals = SealedImages()
+        self.seals = SealedImages(cache_dir() / "seals")
 
     def provider(self, unit: WorkUnit) -> SandboxProvider[Any]:
         key = (unit.cell.provider, unit.provider.model_dump_json())

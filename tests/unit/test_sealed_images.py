@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +115,34 @@ def test_the_key_is_what_the_sandbox_runs_unless_a_mount_reaches_the_repository(
     assert _image_key(_Sandbox(None), "/testbed", "base") is None  # type: ignore[arg-type]
     other = _image_key(_Sandbox(("docker", "sha256:def")), "/testbed", "base")  # type: ignore[arg-type]
     assert not remembered or other != key
+
+
+def test_a_sealed_finding_outlives_the_process_in_the_store(tmp_path: Path) -> None:
+    """With a store, a later worker (a later run) takes a sealed image's finding without checking;
+    a cleaned one, another image or a torn file is checked again."""
+    key = (("docker", "sha256:aaaa"), "/testbed", "base")
+    first, check = SealedImages(tmp_path), Checks("sealed")
+    found = asyncio.run(first.check(key, check))
+    assert check.runs == 1 and len(list(tmp_path.glob("*.json"))) == 1
+    sealed = Seal("sealed", head="h", commits=("c1 setup",), files=("setup.cfg",), files_truncated=False)
+    (next(tmp_path.glob("*.json"))).write_text(
+        json.dumps({"key": repr(key), **dataclasses.asdict(sealed)})
+    )  # what the first worker wrote, with lists where the tuples were
+    later = Checks("sealed")
+    assert asyncio.run(SealedImages(tmp_path).check(key, later)) == sealed and later.runs == 0
+    assert found.head == "head-1"
+    # Another image is another key; a cleaned repository is never stored.
+    other, cleaned = Checks("sealed"), Checks("cleaned")
+    asyncio.run(SealedImages(tmp_path).check((("docker", "sha256:bbbb"), "/testbed", "base"), other))
+    asyncio.run(SealedImages(tmp_path).check(("c",), cleaned))
+    assert other.runs == 1 and cleaned.runs == 1 and len(list(tmp_path.glob("*.json"))) == 2
+    again = Checks("cleaned")
+    asyncio.run(SealedImages(tmp_path).check(("c",), again))
+    assert again.runs == 1
+    # A torn file is no finding: checked again, and written whole.
+    for path in tmp_path.glob("*.json"):
+        path.write_text('{"key": ')
+    torn = Checks("sealed")
+    assert asyncio.run(SealedImages(tmp_path).check(key, torn)).head == "head-1" and torn.runs == 1
+    # No store: memory only.
+    assert SealedImages().store is None
