@@ -221,8 +221,13 @@ class SealedImages:
             row = json.loads(path.read_text())
             if row.get("key") != repr(key) or row.get("finding") != "sealed":
                 return None
-            fields = {f.name: row[f.name] for f in dataclasses.fields(Seal)}
-            return Seal(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+            return Seal(
+                finding=str(row["finding"]),
+                head=str(row["head"]),
+                commits=tuple(str(c) for c in row["commits"]),
+                files=tuple(str(f) for f in row["files"]),
+                files_truncated=bool(row["files_truncated"]),
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None  # no finding, or a torn one: check again
 
