@@ -163,7 +163,10 @@ def bundle_shared_libraries(root: Path) -> None:
 def pip_install(requirements: Path, site: Path) -> None:
     """Install a requirements file with hashes (every dependency pinned) into ``site``, for Python 3.11."""
     uv = shutil.which("uv")
-    base = [uv, "pip", "install", "--python", str(HOST_PYTHON)] if uv else [sys.executable, "-m", "pip", "install"]
+    # Compiled here: the bundle is read-only in the sandbox, so an agent could never write its own
+    # .pyc, and compiled its imports from source at every start (Hermes: 2.4 CPU-seconds, 1.0 compiled).
+    uv_install = [uv, "pip", "install", "--compile-bytecode", "--python", str(HOST_PYTHON)] if uv else None
+    base = uv_install or [sys.executable, "-m", "pip", "install"]  # pip compiles by default
     argv = [*base, "--target", str(site), "--require-hashes", "--no-deps", "-r", str(requirements)]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:

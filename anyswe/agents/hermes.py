@@ -69,7 +69,8 @@ def _build(lock: Path, work: Path, out: Path) -> None:
     wrapper.chmod(0o755)
 
 
-BUNDLE = BundleRecipe(name="hermes", lock="hermes", build=_build, check=("bin/hermes", "--version"))
+# Revision 2: the site-packages compiled at build (bundles.pip_install).
+BUNDLE = BundleRecipe(name="hermes", lock="hermes", build=_build, check=("bin/hermes", "--version"), revision="2")
 
 
 class HermesConfig(CliAgentConfig):

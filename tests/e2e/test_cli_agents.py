@@ -71,6 +71,9 @@ def test_bundles_are_built_once_and_reused(agents_run: Experiment) -> None:
         stamp = (first / ".complete").stat().st_mtime_ns
         assert ensure_bundle(recipe) == first and (first / ".complete").stat().st_mtime_ns == stamp
         assert first.name == f"{recipe.name}-{recipe.key()}"  # content-addressed: the lock's hash
+    # Hermes's packages come compiled: read-only in the sandbox, it could not write a .pyc of its own.
+    site = ensure_bundle(agent_class("hermes").bundle) / "python" / "lib" / "python3.11" / "site-packages"  # type: ignore[attr-defined]
+    assert (site / "hermes_cli" / "__pycache__" / "main.cpython-311.pyc").is_file()
 
 
 def test_the_report_shows_each_tasks_trajectory(agents_run: Experiment, browse: Callable[..., str]) -> None:
