@@ -138,3 +138,20 @@ def test_an_unparseable_finding_is_a_transient_infra_error() -> None:
     with pytest.raises(InfraError) as err:
         parse_seal("head abc\nsomething else\n", "/testbed", "base")
     assert not err.value.permanent and not isinstance(err.value, WrongImage)
+
+
+def test_a_reflog_of_the_starting_point_and_its_past_is_sealed(repo: Path, instance: Instance) -> None:
+    """An official image's reflog (the reset to the base, the setup commit) reaches nothing HEAD does
+    not: sealed, so its finding is remembered and no sandbox pays for a clean-up. A reflog that
+    reaches a commit HEAD does not (one made, then reset away) is cleaned, and the commit is gone."""
+    head = _setup_commit(repo)
+    assert _git(repo, "reflog", "--all", "--format=%H").split()  # the setup commit's entry
+    assert _seal(repo, instance.base_commit).finding == "sealed"
+    (repo / "future.py").write_text("the fix\n")
+    _git(repo, "add", "future.py")
+    _git(repo, "commit", "-q", "-m", "future")
+    future = _git(repo, "rev-parse", "HEAD").strip()
+    _git(repo, "reset", "-q", "--hard", head)
+    assert _seal(repo, instance.base_commit).finding == "cleaned"
+    gone = subprocess.run(["git", "cat-file", "-e", future], cwd=repo, capture_output=True)
+    assert gone.returncode != 0 and _seal(repo, instance.base_commit).finding == "sealed"
