@@ -7,7 +7,7 @@ Every error names the file, line, column and field (``specs/x.yaml:12:5: agents.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -336,7 +336,8 @@ def _check_matrix_names(data: dict[str, Any], source: str) -> list[str]:
     for field_name, i, name in _matrix_names(data.get("matrix")):
         declared = data.get(field_name)
         declared = declared if isinstance(declared, dict) else {}
-        if name not in declared:
+        # A mapping or list in the matrix is no name (and unhashable: `in` raised a TypeError).
+        if not isinstance(name, Hashable) or name not in declared:
             pos = _locate(data, ("matrix", field_name, i))
             where = f"{source}:{pos[0]}:{pos[1]}" if pos else source
             errors.append(f"{where}: matrix.{field_name}.{i}: {_undeclared(field_name, name, declared)}")

@@ -21,11 +21,11 @@ import json
 import shutil
 import time
 import traceback
-from collections.abc import Awaitable, Hashable, Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from anyswe._files import task_state_dir
 from anyswe._proc import MAX_OUTPUT_BYTES
@@ -52,9 +52,6 @@ if TYPE_CHECKING:
     from anyswe.execute.worker import Worker
     from anyswe.grading import Harness, Verdict
     from anyswe.sandbox import Sandbox, SandboxProvider
-
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -103,11 +100,6 @@ class _Trace:
             yield
         finally:
             self.lap(name)
-
-    async def timed(self, name: str, phase: Awaitable[T]) -> T:
-        """Await ``phase`` as :meth:`phase` charges a block."""
-        with self.phase(name):
-            return await phase
 
     @property
     def times(self) -> dict[str, float]:
@@ -173,7 +165,8 @@ async def work(
         check_starting_point(seal, base, forbidden_files(unit.instance), harness.workdir)
     if seal.commits:
         trace.log_lines.append(f"starting point: {seal.head}, {len(seal.commits)} commit(s) after the base {base}")
-    run = await trace.timed("time_agent", run_agent(agent, ctx, unit.agent_timeout))
+    with trace.phase("time_agent"):
+        run = await run_agent(agent, ctx, unit.agent_timeout)
     try:
         return run, await _after_agent(unit, agent, harness, sandbox, trace, run, seal.head)
     except SandboxOutOfMemory as exc:

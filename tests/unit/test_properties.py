@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -215,3 +216,12 @@ def test_a_chat_history_read_on_from_the_last_call_is_read_as_a_whole(
     body = {"model": "m", "messages": json.loads(json.dumps(history))}  # a new body, as each call's is
     again = read_request("openai-chat", body, known=(first, before.messages))
     assert again.messages == read_request("openai-chat", body).messages
+
+
+def test_a_mapping_in_the_matrix_is_named_not_a_type_error(tmp_path: Path) -> None:
+    """Found by the splice property above (`: []` spliced into a matrix name): a mapping where a name
+    goes raised TypeError (unhashable) instead of a SpecError naming the file and the line."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: x\ndataset: {name: demo}\nagents: {g: {type: gold}}\nmatrix:\n  agents: [{g: []}]\n")
+    with pytest.raises(SpecError, match=rf"{spec}:5:.*matrix\.agents\.0"):
+        load_spec(spec)
