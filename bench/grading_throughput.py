@@ -39,12 +39,8 @@ def _ids() -> list[str]:
     return list(YAML(typ="safe").load(SPEC.read_text())["dataset"]["instance_ids"])
 
 
-def anyswe_round(
-    work: Path, provider: str, concurrency: int, ids: list[str]
-) -> tuple[float, dict[str, bool], dict[str, float]]:
-    """``anyswe apply`` of gold on ``provider``: (wall, instance -> resolved, phase -> mean seconds)."""
-    from anyswe.results.schema import TIME_FIELDS
-
+def gold_spec(work: Path, provider: str, concurrency: int, ids: list[str]) -> tuple[Path, Path]:
+    """A gold-only spec of ``ids`` on ``provider`` (the real-image template): (spec file, run directory)."""
     run = work / f"anyswe-{provider}-{concurrency}-{time.monotonic_ns()}"
     image = "swebench/sweb.eval.x86_64.{instance_id_docker}:latest"
     extra = {"memory": "4g"} if provider == "docker" else {"overlay_size_mb": 2048}
@@ -60,6 +56,16 @@ def anyswe_round(
     }
     path = work / f"spec-{provider}-{concurrency}.yaml"
     path.write_text(json.dumps(spec))
+    return path, run
+
+
+def anyswe_round(
+    work: Path, provider: str, concurrency: int, ids: list[str]
+) -> tuple[float, dict[str, bool], dict[str, float]]:
+    """``anyswe apply`` of gold on ``provider``: (wall, instance -> resolved, phase -> mean seconds)."""
+    from anyswe.results.schema import TIME_FIELDS
+
+    path, run = gold_spec(work, provider, concurrency, ids)
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "anyswe", "apply", str(path)], check=True, capture_output=True, cwd=REPO)
     wall = time.perf_counter() - t

@@ -20,11 +20,10 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from _common import workdir
-from grading_throughput import SHARED, _ids
+from grading_throughput import _ids, gold_spec
 
 # One line per call: a script passed as an argument has its newlines folded into spaces.
 SHIM = """#!/bin/sh
@@ -69,23 +68,10 @@ def main() -> None:
     ids, work = _ids(), workdir()
     logs = _shims(work)
     env = {**os.environ, "PATH": f"{work / 'bin'}:{os.environ['PATH']}"}
-    image = "swebench/sweb.eval.x86_64.{instance_id_docker}:latest"
     for provider in args.provider or ["docker", "apptainer"]:
         for log in logs.values():
             log.unlink(missing_ok=True)
-        run = work / f"run-{provider}-{time.monotonic_ns()}"
-        extra = {"memory": "4g"} if provider == "docker" else {"overlay_size_mb": 2048}
-        spec = {
-            "name": "bench-calls",
-            "dataset": {"name": "swe-bench-verified", "path": str(SHARED / "verified.jsonl"), "instance_ids": ids},
-            "agents": {"gold": {"type": "gold"}},
-            "providers": {provider: {"type": provider, "image": image, "concurrency": 2 * args.concurrency, **extra}},
-            "concurrency": args.concurrency,
-            "retries": {"max_attempts": 1},
-            "output_dir": str(run),
-        }
-        path = work / f"spec-{provider}.yaml"
-        path.write_text(json.dumps(spec))
+        path, run = gold_spec(work, provider, args.concurrency, ids)
         subprocess.run([sys.executable, "-m", "anyswe", "apply", str(path)], check=True, capture_output=True, env=env)
         rows = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
         n = len(rows)

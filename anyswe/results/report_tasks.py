@@ -37,7 +37,6 @@ INLINE_TASKS = 2000
 CHUNK = 500
 #: Unreadable trajectory lines listed above the task table (each task lists all of its own).
 MAX_PROBLEMS = 50
-PHASES = PHASE_FIELDS
 #: The most read of a trajectory (its steps are drawn, each text cut); other files: _files.READ_LIMIT.
 TRAJECTORY_LIMIT = 256 * 1024 * 1024
 
@@ -114,7 +113,7 @@ def detail(run: Path, row: dict[str, Any]) -> dict[str, Any]:
     return {
         "meta": f"applied by: {row.get('applied_by') or 'not applied'}; exit: {row.get('exit_reason')}; "
         f"error: {row.get('error') or 'none'}; flags: {', '.join(row.get('flags') or []) or 'none'}",
-        "phases": [[p.removeprefix("time_"), row.get(p) or 0.0] for p in PHASES],
+        "phases": [[p.removeprefix("time_"), row.get(p) or 0.0] for p in PHASE_FIELDS],
         "patch": _read(run, f"tasks/{key}/patch.diff"),
         "tests": _tests(run, key),
         "output": _read(run, f"tasks/{key}/test_output.txt"),

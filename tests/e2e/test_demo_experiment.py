@@ -62,12 +62,7 @@ def test_run_directory_contents(demo: Experiment) -> None:
         "applied_by",
         "agent_timed_out",
         "exit_reason",
-        "time_sandbox_start",
-        "time_seal",
-        "time_agent",
-        "time_settle",
-        "time_patch_capture",
-        "time_grading",
+        *PHASE_FIELDS,
     ):
         assert all(key in r for r in rows), key
     # The phases partition each task's wall time: none is left out (5.7 s per task were, issue 35).
