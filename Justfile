@@ -51,9 +51,10 @@ containers workers="3":
     uv run pytest -m "containers and exclusive"
 
 lint:
-    uv run ruff check anyswe tests bench notebooks
-    uv run ruff format --check anyswe tests bench
+    uv run ruff check anyswe tests bench notebooks examples
+    uv run ruff format --check anyswe tests bench examples
     uv run mypy
+    uv run mypy --strict examples/plugins/anyswe-example/anyswe_example
 
 # Remove every leftover anyswe container, instance and overlay.
 gc:

@@ -34,7 +34,7 @@ __all__ = [
     "transcript_tool_results",
 ]
 
-AGENTS: Registry[Agent] = Registry("agent type", Agent)
+AGENTS: Registry[Agent] = Registry("agent type", Agent, group="anyswe.agents")
 AGENTS.register("gold", "anyswe.agents.gold:GoldAgent")
 AGENTS.register("noop", "anyswe.agents.noop:NoopAgent")
 AGENTS.register("replay", "anyswe.agents.replay:ReplayAgent")

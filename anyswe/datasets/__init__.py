@@ -1,12 +1,12 @@
 """Datasets: loading instance rows, filtering them, and knowing how their images are made.
 
-A dataset is named (``demo``, later the SWE-bench family) or a local JSONL/JSON/parquet file of
-rows in SWE-bench's schema. Each dataset names the grading harness its instances are routed to.
+A dataset is a named benchmark (:mod:`anyswe.datasets.registry`: the demo, the SWE-bench family,
+R2E-Gym, a plugin's) or a local JSONL/JSON/parquet file of rows in SWE-bench's schema. The
+benchmark names the grading harness its instances are routed to and how their images are made.
 """
 
 from __future__ import annotations
 
-import functools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,11 +17,12 @@ from pydantic import ValidationError
 
 from anyswe._text import json_rows
 from anyswe.datasets.instance import AgentView, Instance
-from anyswe.datasets.registry import known_datasets, route, split_name
+from anyswe.datasets.registry import Benchmark, known_datasets, route, split_name
 from anyswe.errors import DatasetError
 
 __all__ = [
     "AgentView",
+    "Benchmark",
     "Dataset",
     "Instance",
     "dataset_of",
@@ -85,11 +86,10 @@ def format_image(template: str, instance: Instance) -> str:
 
 def image_builder(name: str) -> Callable[[str, str], tuple[Path, str]]:
     """The local image build of a dataset that builds its own: (instance_id, base image) -> (Dockerfile, tag)."""
-    if name in ("demo", "demo-swebench"):
-        from anyswe.datasets import demo
-
-        return functools.partial(demo.build_context, swebench_shaped=name == "demo-swebench")
-    raise DatasetError(f"dataset {name!r} does not build its own images")
+    bench = route(name)
+    if not bench.builds_images:
+        raise DatasetError(f"dataset {name!r} does not build its own images")
+    return bench.build_context
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -167,52 +167,40 @@ def load_dataset(
     The harness is, in order: ``harness`` if given, the named dataset's own, or chosen per instance
     (``auto``: R2E-Gym rows, repos swebench knows, otherwise the generic pytest harness).
     """
-    info = route(name) if name is not None else None
-    if info is not None and info.name in ("demo", "demo-swebench"):
-        from anyswe.datasets import demo
-
-        # `path:` beside a demo name: the demo's tasks and images with rows edited in a file
-        # (what `anyswe prepare dataset demo` writes), e.g. a gold patch broken on purpose.
-        return Dataset(
-            name=info.name,
-            instances=(
-                _validate(read_rows(Path(path)), str(path))
-                if path is not None
-                else demo.load(swebench_shaped=info.name == "demo-swebench")
-            ),
-            harness=harness or info.harness,
-            build_context=image_builder(info.name),
-        )
+    bench = route(name) if name is not None else None
     if path is not None:
         p = Path(path)
+        # `path:` beside a benchmark's name: its images and harness with rows edited in a file (what
+        # `anyswe prepare dataset` writes), e.g. a gold patch broken on purpose, or a hub benchmark's rows.
         instances = _validate(read_rows(p), str(p))
-    elif info is not None:
-        if not info.hub_names:
-            raise DatasetError(f"dataset {info.name!r} needs `path:` to its rows")
-        _, suffix_split = split_name(name or "")
-        instances = _validate(_hub_rows(info.hub_names[-1], split or suffix_split or info.default_split), info.name)
-    else:
+    elif bench is None:
         raise DatasetError("a dataset needs a name or a path")
+    elif (own := bench.rows()) is not None:
+        instances = _validate(own, bench.name)
+    elif bench.hub_names:
+        _, suffix_split = split_name(name or "")
+        instances = _validate(_hub_rows(bench.hub_names[-1], split or suffix_split or bench.default_split), bench.name)
+    else:
+        raise DatasetError(f"dataset {bench.name!r} needs `path:` to its rows")
+    if bench is None:
+        return Dataset(name=Path(path or "").stem, instances=instances, harness=harness or "auto")
+    return _of(bench, instances, harness)
+
+
+def _of(bench: Benchmark, instances: list[Instance], harness: str | None) -> Dataset:
     return Dataset(
-        name=info.name if info else Path(path or "").stem,
+        name=bench.name,
         instances=instances,
-        harness=harness or (info.harness if info else "auto"),
-        image_template=info.image_template if info else None,
+        harness=harness or bench.harness,
+        image_template=bench.image_template,
+        build_context=bench.build_context if bench.builds_images else None,
     )
 
 
 def dataset_of(rows: Sequence[Instance], name: str, *, harness: str | None = None) -> Dataset:
     """A dataset of just ``rows``, graded and imaged as the known dataset ``name`` is (its rows are not
     loaded: a rollout or a grading of one row needs no copy of Verified)."""
-    info = route(name)
-    demo = info.name in ("demo", "demo-swebench")
-    return Dataset(
-        name=info.name,
-        instances=list(rows),
-        harness=harness or info.harness,
-        image_template=info.image_template,
-        build_context=image_builder(info.name) if demo else None,
-    )
+    return _of(route(name), list(rows), harness)
 
 
 def filter_instances(

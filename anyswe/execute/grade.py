@@ -147,7 +147,7 @@ def _dataset_and_instance(
         return dataset_of([row], dataset), row
     if dataset is None:  # a repository swebench knows runs in its official image; others need a provider image
         from anyswe.datasets import Dataset
-        from anyswe.datasets.registry import SWEBENCH_IMAGE
+        from anyswe.datasets.hub import SWEBENCH_IMAGE
         from anyswe.grading import swebench as sb
 
         template = SWEBENCH_IMAGE if sb.known_repo(row.repo) else None

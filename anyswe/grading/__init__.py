@@ -31,7 +31,7 @@ __all__ = [
     "route_instance",
 ]
 
-HARNESSES: Registry[Harness] = Registry("grading harness", Harness, error=DatasetError)
+HARNESSES: Registry[Harness] = Registry("grading harness", Harness, group="anyswe.harnesses", error=DatasetError)
 HARNESSES.register("pytest", "anyswe.grading.pytest:PytestHarness")
 HARNESSES.register("r2e", "anyswe.grading.r2e:R2EHarness")
 HARNESSES.register("swebench", "anyswe.grading.swebench_harness:SWEbenchHarness")

@@ -21,7 +21,8 @@ from pydantic import ValidationError
 
 from anyswe._text import escape_surrogates
 from anyswe.datasets import Instance, filter_instances, format_image, read_rows
-from anyswe.datasets.registry import SWEBENCH_IMAGE, DatasetInfo, route, split_name
+from anyswe.datasets.hub import SWEBENCH_IMAGE
+from anyswe.datasets.registry import Benchmark, route, split_name
 from anyswe.errors import DatasetError
 
 #: Bad rows listed in an error; the count of the rest follows.
@@ -158,7 +159,7 @@ def prepare_dataset(
 ) -> PreparedDataset:
     """Load ``source`` (a file, a known name or a hub name), validate every row, select, name images."""
     path = Path(source)
-    info: DatasetInfo | None = None
+    info: Benchmark | None = None
     if path.is_file():
         rows = read_rows(path)
         label = str(path)
@@ -169,10 +170,9 @@ def prepare_dataset(
             if path.suffix in (".jsonl", ".json", ".parquet"):  # meant as a file, not a name
                 raise DatasetError(f"dataset file not found: {source}") from None
             raise
-        if info.name in ("demo", "demo-swebench"):
-            from anyswe.datasets import demo
-
-            rows = demo.rows(swebench_shaped=info.name == "demo-swebench")
+        own = info.rows()
+        if own is not None:
+            rows = own
         elif info.hub_names:
             base, suffix_split = split_name(source)
             hub = base if "/" in base else info.hub_names[-1]

@@ -36,7 +36,7 @@ __all__ = [
     "register_provider",
 ]
 
-PROVIDERS: Registry[SandboxProvider[Any]] = Registry("sandbox provider", SandboxProvider)
+PROVIDERS: Registry[SandboxProvider[Any]] = Registry("sandbox provider", SandboxProvider, group="anyswe.providers")
 PROVIDERS.register("docker", "anyswe.sandbox.docker:DockerProvider")
 PROVIDERS.register("apptainer", "anyswe.sandbox.apptainer:ApptainerProvider")
 

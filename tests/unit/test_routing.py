@@ -7,7 +7,8 @@ import json
 import pytest
 
 from anyswe.datasets import Instance, route
-from anyswe.datasets.registry import SWEBENCH_IMAGE, split_name
+from anyswe.datasets.hub import SWEBENCH_IMAGE
+from anyswe.datasets.registry import split_name
 from anyswe.errors import DatasetError
 from anyswe.grading import get_harness, harness_for, harness_names, route_instance
 from anyswe.grading.r2e import r2e_resolved

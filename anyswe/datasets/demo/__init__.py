@@ -17,10 +17,11 @@ import subprocess
 import tempfile
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from anyswe.config import cache_dir
 from anyswe.datasets.instance import Instance
+from anyswe.datasets.registry import Benchmark
 from anyswe.errors import DatasetError
 
 TASKS_DIR = Path(__file__).parent / "tasks"
@@ -211,3 +212,27 @@ def scripts() -> dict[str, list[str]]:
             steps.append(f"{write}\n{body}{end}{delimiter}")
         out[iid] = steps
     return out
+
+
+class DemoBenchmark(Benchmark):
+    """``demo``: the tasks above, in images built here on the base image, graded by the pytest harness."""
+
+    name: ClassVar[str] = "demo"
+    harness: ClassVar[str] = "pytest"
+    builds_images: ClassVar[bool] = True
+    swebench_shaped: ClassVar[bool] = False
+
+    def rows(self) -> list[dict[str, Any]]:
+        return rows(swebench_shaped=self.swebench_shaped)
+
+    def build_context(self, instance_id: str, base_image: str) -> tuple[Path, str]:
+        return build_context(instance_id, base_image, swebench_shaped=self.swebench_shaped)
+
+
+class DemoSwebenchBenchmark(DemoBenchmark):
+    """``demo-swebench``: the same tasks shaped like SWE-bench's images (/testbed, a conda ``testbed``
+    env, the setup commit), graded by swebench's own scripts and parsers."""
+
+    name: ClassVar[str] = "demo-swebench"
+    harness: ClassVar[str] = "swebench"
+    swebench_shaped: ClassVar[bool] = True

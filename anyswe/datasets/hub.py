@@ -1,0 +1,60 @@
+"""The benchmarks whose rows live on the Hugging Face hub: the SWE-bench family and R2E-Gym.
+
+Their rows come from a file (``path:``) or the local hub cache (``anyswe prepare dataset`` fills
+it); their images are the official ones, pulled or built offline (``anyswe prepare images``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from anyswe.datasets.registry import Benchmark
+
+#: swebench's instance image naming; ``{instance_id_docker}`` is the id with "__" -> "_1776_", lowercased.
+SWEBENCH_IMAGE = "swebench/sweb.eval.x86_64.{instance_id_docker}:latest"
+
+
+class _SWEbench(Benchmark):
+    harness: ClassVar[str] = "swebench"
+    image_template: ClassVar[str | None] = SWEBENCH_IMAGE
+
+
+class SWEbenchVerified(_SWEbench):
+    name: ClassVar[str] = "swe-bench-verified"
+    hub_names: ClassVar[tuple[str, ...]] = ("princeton-nlp/SWE-bench_Verified", "SWE-bench/SWE-bench_Verified")
+    aliases: ClassVar[tuple[str, ...]] = ("verified",)
+
+
+class SWEbenchLite(_SWEbench):
+    name: ClassVar[str] = "swe-bench-lite"
+    hub_names: ClassVar[tuple[str, ...]] = ("princeton-nlp/SWE-bench_Lite", "SWE-bench/SWE-bench_Lite")
+    aliases: ClassVar[tuple[str, ...]] = ("lite",)
+
+
+class SWEbenchFull(_SWEbench):
+    name: ClassVar[str] = "swe-bench"
+    hub_names: ClassVar[tuple[str, ...]] = ("princeton-nlp/SWE-bench", "SWE-bench/SWE-bench")
+    aliases: ClassVar[tuple[str, ...]] = ("full",)
+
+
+class SWEbenchMultilingual(_SWEbench):
+    name: ClassVar[str] = "swe-bench-multilingual"
+    hub_names: ClassVar[tuple[str, ...]] = ("SWE-bench/SWE-bench_Multilingual",)
+    aliases: ClassVar[tuple[str, ...]] = ("multilingual",)
+
+
+class SWEbenchMultimodal(_SWEbench):
+    name: ClassVar[str] = "swe-bench-multimodal"
+    hub_names: ClassVar[tuple[str, ...]] = ("princeton-nlp/SWE-bench_Multimodal", "SWE-bench/SWE-bench_Multimodal")
+    aliases: ClassVar[tuple[str, ...]] = ("multimodal",)
+    default_split: ClassVar[str] = "dev"
+
+
+class R2EGym(Benchmark):
+    name: ClassVar[str] = "r2e-gym"
+    hub_names: ClassVar[tuple[str, ...]] = ("R2E-Gym/R2E-Gym-Lite", "R2E-Gym/R2E-Gym-Subset", "R2E-Gym/R2E-Gym-V1")
+    aliases: ClassVar[tuple[str, ...]] = ("r2e",)
+    harness: ClassVar[str] = "r2e"
+    # Each R2E-Gym row names its own image.
+    image_template: ClassVar[str | None] = "{docker_image}"
+    default_split: ClassVar[str] = "train"
