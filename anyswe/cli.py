@@ -23,7 +23,7 @@ app = typer.Typer(
 )
 
 
-def _fail(exc: AnysweError) -> NoReturn:
+def fail(exc: AnysweError) -> NoReturn:
     typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code=2)
 
@@ -57,7 +57,7 @@ def smoke(
         for name in providers or provider_names():
             typer.echo(asyncio.run(one(name)))
     except AnysweError as exc:
-        _fail(exc)
+        fail(exc)
 
 
 @app.command()
@@ -98,7 +98,7 @@ def gc(
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a spec field: a.b=c (repeatable).")]
 
 
-def _print_table(rows: list[dict[str, object]], title: str | None = None) -> None:
+def print_table(rows: list[dict[str, object]], title: str | None = None) -> None:
     """A table on stdout, no column cut (anyswe/results/terminal.py)."""
     from anyswe.results.terminal import render
 
@@ -125,11 +125,11 @@ def plan(
     try:
         p = make_plan(load_spec(spec, set_ or ()))
     except AnysweError as exc:
-        _fail(exc)
+        fail(exc)
     if as_json:
         typer.echo(json.dumps(p.to_json(), indent=1))
         return
-    _print_table(p.cell_rows(), title=f"{p.spec.name}: {len(p.tasks)} tasks over {len(p.instances)} instances")
+    print_table(p.cell_rows(), title=f"{p.spec.name}: {len(p.tasks)} tasks over {len(p.instances)} instances")
     _note_exclusions(p.excluded)
     _warn(p.warnings)
 
@@ -169,7 +169,7 @@ def apply(
         settle_heap()
         summary = run_stoppable(exp.run_async(concurrency=concurrency, executor=executor, address=address), received)
     except AnysweError as exc:
-        _fail(exc)
+        fail(exc)
     except KeyboardInterrupt:
         sig = signal.Signals(received[-1] if received else signal.SIGINT)
         typer.secho(f"interrupted ({sig.name}): results kept; apply again to resume", fg="yellow", err=True)
@@ -177,7 +177,7 @@ def apply(
             status(exp.run_dir)
         raise typer.Exit(code=128 + sig) from None
     typer.echo(str(summary))
-    _print_table(_cells_view(exp.cells().to_dicts()), title="cells")
+    print_table(_cells_view(exp.cells().to_dicts()), title="cells")
     _note_exclusions(exp.excluded())
     if summary.incomplete:
         typer.secho(
@@ -196,12 +196,12 @@ def status(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) ->
 
     plan_path = run_dir / "plan.json"
     if not plan_path.is_file():
-        _fail(ResultsError(f"{run_dir} is not a run directory (no plan.json)"))
+        fail(ResultsError(f"{run_dir} is not a run directory (no plan.json)"))
     planned = json.loads(plan_path.read_text())
     try:
         found = {r.key: r for r in latest_attempts(read_results(run_dir / "results.jsonl"))}
     except AnysweError as exc:
-        _fail(exc)
+        fail(exc)
     out = []
     for cell in planned["cells"]:
         keys = [t["key"] for t in planned["tasks"] if t["cell"] == cell["cell"]]
@@ -216,7 +216,7 @@ def status(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) ->
                 "pending": len(keys) - len(done),
             }
         )
-    _print_table(out, title=f"{planned['spec']} ({run_dir})")
+    print_table(out, title=f"{planned['spec']} ({run_dir})")
     _note_exclusions(planned.get("excluded") or {})
 
 
@@ -234,11 +234,11 @@ def results(
 
     tables = {"cell": cell_table, "repo": repo_table, "instance": instance_matrix}
     if by not in tables:
-        _fail(ResultsError(f"--by must be one of {', '.join(tables)}, not {by!r}"))
+        fail(ResultsError(f"--by must be one of {', '.join(tables)}, not {by!r}"))
     try:
         table = tables[by](task_frame(run_dir))
     except AnysweError as exc:
-        _fail(exc)
+        fail(exc)
     if as_json:
         for row in table.to_dicts():
             typer.echo(json.dumps(row))
@@ -248,7 +248,7 @@ def results(
         rows, legend = table.to_dicts(), list[str]()
         if not wide:
             rows, legend = numbered(rows) if by == "instance" else (_cells_view(rows), [])
-        _print_table(rows, title=f"{run_dir} by {by}")
+        print_table(rows, title=f"{run_dir} by {by}")
         for line in legend:
             typer.echo(line)
         from anyswe.results.tables import run_exclusions
@@ -284,7 +284,7 @@ def diff(
         else:
             found = compare_by(tasks, by, seed=seed)
     except AnysweError as exc:
-        _fail(exc)
+        fail(exc)
     for c in found:
         typer.echo(json.dumps(c.to_json()) if as_json else str(c))
     if flaky and not as_json:
@@ -304,7 +304,7 @@ def report(
     try:
         path = write_report(run_dir, out, problems=problems)
     except AnysweError as exc:
-        _fail(exc)
+        fail(exc)
     for problem in problems:
         typer.secho(f"warning: trajectory line not read: {problem}", fg=typer.colors.YELLOW, err=True)
     typer.echo(f"wrote {path}")

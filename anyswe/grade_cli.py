@@ -21,7 +21,7 @@ def regrade(
     ] = None,
 ) -> None:
     """Re-grade stored test logs offline with the harness each instance routes to."""
-    from anyswe.cli import _fail, _print_table
+    from anyswe.cli import fail, print_table
     from anyswe.datasets import load_dataset
     from anyswe.grading.regrade import regrade as run_regrade
 
@@ -30,13 +30,13 @@ def regrade(
         ds = load_dataset(name, as_path) if as_path.suffix in (".jsonl", ".json", ".parquet") else load_dataset(dataset)
         results = list(run_regrade(ds, log_dir))
     except AnysweError as exc:
-        _fail(exc)
+        fail(exc)
     errors = [r for r in results if "error" in r]
     if as_json:
         for r in results:
             typer.echo(json.dumps(r, sort_keys=True))
     else:
-        _print_table(
+        print_table(
             [
                 {
                     "key": r["key"],
@@ -65,13 +65,13 @@ def triage(
     from dataclasses import asdict
 
     from anyswe._sync import run_stoppable
-    from anyswe.cli import _fail, _print_table
+    from anyswe.cli import fail, print_table
     from anyswe.execute.triage import triage_async
 
     try:
         found = run_stoppable(triage_async(run_dir, by=by, k=k, concurrency=jobs), [])
     except AnysweError as exc:
-        _fail(exc)
+        fail(exc)
     except KeyboardInterrupt:
         typer.secho("triage stopped; the grades so far are kept: run it again to resume", err=True, fg="yellow")
         raise typer.Exit(130) from None
@@ -83,7 +83,7 @@ def triage(
 
         typer.echo(pl.DataFrame(found.rows()).write_csv() if found.rows() else "", nl=False)
     else:
-        _print_table(found.rows(), title=f"flips of {run_dir} by {by} (k={k})")
+        print_table(found.rows(), title=f"flips of {run_dir} by {by} (k={k})")
         for f in found.findings:
             for test, line in f.detail.items():
                 typer.echo(f"{f.instance_id} {test}: {line}")
@@ -101,13 +101,13 @@ def grade(
     """Grade a run's recorded patches again, live, each in a fresh sandbox (resumable, in RUN/regrade):
     the verdicts that changed. `anyswe regrade` re-reads stored logs instead."""
     from anyswe._sync import run_stoppable
-    from anyswe.cli import _fail, _print_table
+    from anyswe.cli import fail, print_table
     from anyswe.execute.regrade import regrade_run_async
 
     try:
         rows = run_stoppable(regrade_run_async(run_dir, provider=provider, concurrency=jobs), [])
     except AnysweError as exc:
-        _fail(exc)
+        fail(exc)
     except KeyboardInterrupt:
         typer.secho("grade stopped; the grades so far are kept: run it again to resume", err=True, fg="yellow")
         raise typer.Exit(130) from None
@@ -123,7 +123,7 @@ def grade(
             for r in changed + errors
         ]
         title = f"{len(rows)} patches graded again: {len(changed)} changed verdict, {len(errors)} could not be graded"
-        _print_table(view, title=title)
+        print_table(view, title=title)
     if errors:
         raise typer.Exit(code=1)
 

@@ -15,7 +15,7 @@ from anyswe.serve import ServeConfig, serve
 def config_of(path: Path | None, overrides: list[str]) -> ServeConfig:
     """The server's config: a YAML file of :class:`ServeConfig` fields, then ``--set a.b=c`` overrides."""
     from anyswe._yaml import read_yaml
-    from anyswe.spec import _apply_override, _parse_override
+    from anyswe.spec import apply_override, parse_override
 
     data: Any = read_yaml(path) if path is not None else {}
     if not isinstance(data, dict):
@@ -23,8 +23,8 @@ def config_of(path: Path | None, overrides: list[str]) -> ServeConfig:
     # Each field not in the file is the default, so `--set agent.step_limit=20` sets it on the default agent.
     data = ServeConfig().model_dump() | data
     for text in overrides:
-        keys, value = _parse_override(text)
-        _apply_override(data, keys, value, text)
+        keys, value = parse_override(text)
+        apply_override(data, keys, value, text)
     where = f"{path}: " if path is not None else ""
     try:
         config = ServeConfig.model_validate(data)
@@ -67,11 +67,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Serve rollouts over HTTP: NeMo Gym's anyswe_agent /run contract, plus GET /health."""
-        from anyswe.cli import _fail
+        from anyswe.cli import fail
 
         try:
             serve(config_of(config, set_ or []), host, port, token_file)
         except AnysweError as exc:
-            _fail(exc)
+            fail(exc)
 
     app.command("serve")(serve_cmd)

@@ -208,7 +208,7 @@ def _locate(root: Any, loc: tuple[Any, ...]) -> tuple[int, int] | None:
     return pos
 
 
-def _parse_override(text: str) -> tuple[list[str | int], Any]:
+def parse_override(text: str) -> tuple[list[str | int], Any]:
     from ruamel.yaml import YAML
 
     if "=" not in text:
@@ -221,7 +221,7 @@ def _parse_override(text: str) -> tuple[list[str | int], Any]:
     return keys, value
 
 
-def _apply_override(data: Any, keys: list[str | int], value: Any, text: str) -> None:
+def apply_override(data: Any, keys: list[str | int], value: Any, text: str) -> None:
     node = data
     for i, key in enumerate(keys[:-1]):
         nxt = keys[i + 1]
@@ -354,8 +354,8 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         raise SpecError("the spec must be a mapping of fields", location=str(p))
     applied: dict[tuple[Any, ...], str] = {}
     for text in overrides:
-        keys, value = _parse_override(text)
-        _apply_override(data, keys, value, text)
+        keys, value = parse_override(text)
+        apply_override(data, keys, value, text)
         applied[tuple(keys)] = text
     agents, errors = _validate_blocks(data, "agents", agent_config_class, str(p), applied)
     providers, provider_errors = _validate_blocks(data, "providers", provider_config_class, str(p), applied)

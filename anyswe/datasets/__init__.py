@@ -141,7 +141,7 @@ def _validate(rows: Sequence[dict[str, Any]], source: str) -> list[Instance]:
     return out
 
 
-def _hub_rows(hub_name: str, split: str) -> list[dict[str, Any]]:
+def hub_rows(hub_name: str, split: str) -> list[dict[str, Any]]:
     """Rows from the local Hugging Face cache; never a download."""
     try:
         import datasets as hf
@@ -179,7 +179,7 @@ def load_dataset(
         instances = _validate(own, bench.name)
     elif bench.hub_names:
         _, suffix_split = split_name(name or "")
-        instances = _validate(_hub_rows(bench.hub_names[-1], split or suffix_split or bench.default_split), bench.name)
+        instances = _validate(hub_rows(bench.hub_names[-1], split or suffix_split or bench.default_split), bench.name)
     else:
         raise DatasetError(f"dataset {bench.name!r} needs `path:` to its rows")
     if bench is None:

@@ -92,7 +92,7 @@ async def grade_async(
     from anyswe.images.resolve import ImageResolver, ImageSource
     from anyswe.sandbox import SandboxProvider, get_provider
 
-    ds, row = _dataset_and_instance(instance, dataset)
+    ds, row = dataset_and_instance(instance, dataset)
     if isinstance(provider, SandboxProvider):
         prov: SandboxProvider[Any] = provider
     elif isinstance(provider, str):
@@ -124,7 +124,7 @@ def grade(
     return run_sync(grade_async(instance, patch, provider, **options))
 
 
-def _dataset_and_instance(
+def dataset_and_instance(
     instance: Instance | Mapping[str, Any] | str, dataset: str | Dataset | None, what: str = "grade"
 ) -> tuple[Dataset, Instance]:
     """The dataset (its harness and images) and the row: an id is looked up in the dataset (loaded

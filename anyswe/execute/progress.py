@@ -14,7 +14,7 @@ class Progress(Protocol):
     def close(self) -> None: ...
 
 
-def _in_jupyter() -> bool:
+def in_jupyter() -> bool:
     try:
         from IPython import get_ipython  # type: ignore[attr-defined]
     except ImportError:
@@ -95,7 +95,7 @@ class _Notebook:
 def make_progress(total: int, title: str, *, enabled: bool = True) -> Progress:
     if not enabled:
         return _Silent()
-    if _in_jupyter():
+    if in_jupyter():
         return _Notebook(total, title)
     if sys.stderr.isatty():
         return _Rich(total, title)

@@ -233,12 +233,12 @@ class Rollouts:
     ) -> WorkUnit:
         """The unit of work a rollout runs: a one-task plan of these blocks, as a spec would give."""
         from anyswe.execute.blocks import config_block, model_block
-        from anyswe.execute.grade import _dataset_and_instance
+        from anyswe.execute.grade import dataset_and_instance
         from anyswe.execute.unit import make_unit
         from anyswe.plan import make_plan, task_key
         from anyswe.spec import Spec, agent_config_class, provider_config_class
 
-        ds, row = _dataset_and_instance(instance, dataset, "rollout")
+        ds, row = dataset_and_instance(instance, dataset, "rollout")
         if isinstance(provider, str):
             provider = {"type": provider}
         agent_cfg = config_block(agent, agent_config_class, "agent")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from anyswe.cli import SetOpt, _fail, _print_table
+from anyswe.cli import SetOpt, fail, print_table
 from anyswe.errors import AnysweError
 
 
@@ -63,11 +63,11 @@ def prepare_dataset_cmd(
             image_template=image_template,
         )
     except AnysweError as exc:
-        _fail(exc)
+        fail(exc)
     prepared.write(out)
     if images_out is not None:
         images_out.write_text("".join(f"{i}\t{img}\n" for i, img in prepared.images.items()))
-    _print_table([{"repo": repo, "instances": n} for repo, n in prepared.by_repo().items()])
+    print_table([{"repo": repo, "instances": n} for repo, n in prepared.by_repo().items()])
     typer.echo(f"{prepared.source}: {prepared.validated} rows valid, {len(prepared.rows)} selected; wrote {out}")
     if prepared.images:
         first = next(iter(prepared.images.items()))
@@ -102,10 +102,10 @@ def prepare_images_cmd(
     from anyswe.spec import load_spec
 
     if sif_source not in ("auto", "registry", "daemon"):
-        _fail(AnysweError(f"--sif-source must be auto, registry or daemon, not {sif_source!r}"))
+        fail(AnysweError(f"--sif-source must be auto, registry or daemon, not {sif_source!r}"))
     budget = _size(disk_budget) if disk_budget else None
     if (repo_mirror is not None) != build:
-        _fail(AnysweError("--build needs --repo-mirror DIR (the bare repositories to clone), and only it does"))
+        fail(AnysweError("--build needs --repo-mirror DIR (the bare repositories to clone), and only it does"))
     try:
         plan_ = make_plan(load_spec(spec, set_ or ()))
         report_ = run_sync(
@@ -122,9 +122,9 @@ def prepare_images_cmd(
             )
         )
     except AnysweError as exc:
-        _fail(exc)
-    _print_table(report_.disk, title="disk estimate")
-    _print_table(report_.rows(), title=f"images: {report_}")
+        fail(exc)
+    print_table(report_.disk, title="disk estimate")
+    print_table(report_.rows(), title=f"images: {report_}")
     for job in report_.failed:
         typer.secho(f"failed: {job.target or job.ref}: {job.error}", fg=typer.colors.RED, err=True)
     if report_.failed:
@@ -150,8 +150,8 @@ def gold_check_cmd(
     try:
         found = gold_check(load_spec(spec, set_ or ()), providers=providers, run_dir=run_dir, out=out)
     except AnysweError as exc:
-        _fail(exc)
-    _print_table(found.rows(), title=f"gold patches per provider ({found.run_dir})")
+        fail(exc)
+    print_table(found.rows(), title=f"gold patches per provider ({found.run_dir})")
     for entry in found.exclusions.exclude:
         tests = "; ".join(f"{p}: {', '.join(t[:5]) or '-'}" for p, t in entry.failing.items())
         typer.echo(f"exclude {entry.instance_id}: {entry.reason} (failing: {tests})")

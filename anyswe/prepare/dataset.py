@@ -136,10 +136,10 @@ def _hub_rows_online(hub_name: str, split: str) -> list[dict[str, Any]]:
     try:
         return [dict(r) for r in hf.load_dataset(hub_name, split=split)]
     except Exception as online:
-        from anyswe.datasets import _hub_rows
+        from anyswe.datasets import hub_rows
 
         try:
-            return _hub_rows(hub_name, split)
+            return hub_rows(hub_name, split)
         except DatasetError:
             raise DatasetError(
                 f"dataset {hub_name!r} (split {split!r}): the hub did not answer ({type(online).__name__}: "

@@ -251,14 +251,14 @@ class _PhaseProgress:
     """A bar per phase: rich in a terminal, tqdm in Jupyter, a line per artefact otherwise."""
 
     def __init__(self, title: str, total: int, enabled: bool) -> None:
-        from anyswe.execute.progress import _in_jupyter
+        from anyswe.execute.progress import in_jupyter
 
         self.title, self.total, self.done = title, total, 0
         self._rich: Any = None
         self._bar: Any = None
         if not enabled:
             self.mode = "off"
-        elif _in_jupyter():
+        elif in_jupyter():
             from tqdm.auto import tqdm
 
             self.mode, self._bar = "jupyter", tqdm(total=total, desc=title)

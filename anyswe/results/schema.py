@@ -226,7 +226,7 @@ def _enums(row: dict[str, Any]) -> dict[str, Any]:
     """The row with its enum field as the enum (strict validation takes no string for it); a value that is
     not one stays, and fails validation."""
     value = row.get("exit_reason")
-    if isinstance(value, str) and value in ExitReason._value2member_map_:
+    if isinstance(value, str) and value in {e.value for e in ExitReason}:
         return {**row, "exit_reason": ExitReason(value)}
     return row
 

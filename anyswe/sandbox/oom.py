@@ -39,9 +39,9 @@ def protect_init(pid: int) -> bool:
 
 def memory_cgroup(pid: int) -> Path | None:
     """The directory of ``pid``'s memory cgroup (cgroup v1's memory hierarchy, or the v2 one)."""
-    from anyswe.sandbox.reap import _cgroup
+    from anyswe.sandbox.reap import cgroup_of
 
-    return _cgroup(pid, "memory")
+    return cgroup_of(pid, "memory")
 
 
 def _eventfd(cgroup: Path, control: str, args: str = "") -> int:

@@ -127,7 +127,7 @@ async def end_strays(sandbox: Sandbox[Any]) -> int | None:
     return None if pid is None else await in_thread(end_all_but_init, pid)
 
 
-def _cgroup(pid: int, controller: str) -> Path | None:
+def cgroup_of(pid: int, controller: str) -> Path | None:
     """The directory of ``pid``'s cgroup for ``controller`` (cgroup v1, or the v2 hierarchy)."""
     root = Path("/sys/fs/cgroup")
     try:
@@ -149,7 +149,7 @@ def at_pids_limit(init: int, window: float = WINDOW) -> bool:
     under the share at the one moment it was read, and the bomb's failure would have been infra);
     forks being refused while it is watched say the limit is full whatever the count is at any one
     moment. Only a command that failed asks, so the window costs nothing on the way that works."""
-    cgroup = _cgroup(init, "pids")
+    cgroup = cgroup_of(init, "pids")
     if cgroup is None:
         return False
     try:

@@ -69,7 +69,7 @@ def _pids(sb: Sandbox[Any]) -> int:
 def _limit(sb: Sandbox[Any], controller: str, name: str) -> str:
     init = asyncio.run(sb.provider.init_pid(sb.name))
     assert init is not None
-    cgroup = reap._cgroup(init, controller)
+    cgroup = reap.cgroup_of(init, controller)
     assert cgroup is not None
     return (cgroup / name).read_text().strip()
 
@@ -109,7 +109,7 @@ def test_apptainer_sandboxes_have_memory_and_pids_limits_as_root(sif_image: str)
                 assert await asyncio.to_thread(_limit, sb, "pids", "pids.max") == pids
             if memory is not None:
                 init = await sb.provider.init_pid(sb.name)
-                v1 = reap._cgroup(init or 0, "memory")
+                v1 = reap.cgroup_of(init or 0, "memory")
                 name = "memory.limit_in_bytes" if v1 and (v1 / "memory.limit_in_bytes").exists() else "memory.max"
                 assert int(await asyncio.to_thread(_limit, sb, "memory", name)) == memory
             return int((await sb.exec(["python3", "-c", sleeps], timeout=60)).stdout)

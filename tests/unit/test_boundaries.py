@@ -112,3 +112,85 @@ def test_modules_and_functions_stay_small() -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
                 assert length <= 60, f"{f.relative_to(PKG)}:{node.lineno} {node.name} has {length} lines"
+
+
+#: Modules private to the package as a whole: shared helpers every layer may import (an underscore module
+#: says "not part of the public API", not "private to one module").
+SHARED_PRIVATE_MODULES = {"_proc", "_files", "_yaml", "_sync", "_threads", "_text"}
+
+
+def _private_names_of_others(path: Path) -> list[str]:
+    """``from anyswe.x import _name`` and ``module._name`` on an imported anyswe module, in ``path``."""
+    tree = ast.parse(path.read_text())
+    modules: set[str] = set()  # local names bound to anyswe modules
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("anyswe"):
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and alias.name not in SHARED_PRIVATE_MODULES:
+                    found.append(f"{path.relative_to(PKG)}:{node.lineno} {node.module}.{alias.name}")
+                modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            modules |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("anyswe")}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(f"{path.relative_to(PKG)}:{node.lineno} {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names() -> None:
+    code = [f for f in PKG.rglob("*.py") if "demo/tasks" not in str(f)]
+    # The adapter's loader is private to the adapter (test_only_the_adapter_imports_swebench).
+    found = [x for f in code for x in _private_names_of_others(f) if "_swebench_lean" not in x]
+    assert found == [], "\n".join(found)
+
+
+def _string_constants(path: Path) -> dict[str, int]:
+    """Each string constant of ``path`` (docstrings and comments are not constants that act) -> a line."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return {
+        node.value: node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    }
+
+
+def test_benchmarks_and_agents_are_named_only_in_their_own_packages() -> None:
+    """A benchmark's names live in datasets/ (its Benchmark class and the registry), an agent's in agents/:
+    no other module acts on one by name (the spec's and the server's defaults excepted, named here)."""
+    from anyswe.agents import AGENTS
+    from anyswe.datasets.registry import BENCHMARKS
+
+    # Canonical and hub names, as written (aliases such as "full" or "lite" are everyday words).
+    benchmark_names = {n for b in BENCHMARKS.builtin_names() for n in (b, *BENCHMARKS.load(b).hub_names)}
+    agent_names = set(AGENTS.builtin_names())
+    allowed = {
+        ("serve_request.py", "mini-swe-agent"),  # the default agent block of `anyswe serve`
+        ("prepare/gold.py", "gold"),  # gold-check runs the gold agent: its whole purpose
+        ("model.py", "replay"),  # a model block's replay source, not the agent
+        ("spec.py", "replay"),
+    }
+    found = []
+    for f in PKG.rglob("*.py"):
+        rel = str(f.relative_to(PKG))
+        if rel.startswith(("datasets/", "agents/")):
+            continue
+        for value, line in _string_constants(f).items():
+            if value in benchmark_names or (value in agent_names and (rel, value) not in allowed):
+                found.append(f"{rel}:{line} {value!r}")
+    assert found == [], "\n".join(found)
