@@ -1,8 +1,9 @@
 """The one owner of a sample's verdict, reward and mask: a pure function of the phases' facts.
 
 Every place that learns something about a task (the task's own phases, the model gateway's grant,
-the relay on a remote node, the driver recording the row) states that fact and asks
-:func:`decide`; none sets ``resolved``, ``reward`` or ``mask_sample`` itself. A trainer can then
+the relay on a remote node, the driver recording the row) appends that fact to the attempt's
+:class:`~anyswe.execute.outcome.Outcome`, whose row asks :func:`decide`; none sets ``resolved``,
+``reward`` or ``mask_sample`` itself. A trainer can then
 trust that a reward and a mask mean one thing, whichever executor ran the task.
 
 The table (``tests/unit/test_decide.py`` checks it row by row):
@@ -114,26 +115,15 @@ def decide(facts: Facts) -> Decision:
 
 
 def facts_of(result: TaskResult) -> Facts:
-    """The facts a row holds. Its ``resolved`` is the tests' verdict as long as its error kind is
-    trusted: a row the tests resolved but whose error is untrusted was never resolved, and stays not."""
+    """The facts a row holds: the tests' own verdict (``tests_resolved``, never the decided one), its error
+    kind, its exit and its calls' prefix chain."""
     return Facts(
-        verdict_resolved=result.resolved,
+        verdict_resolved=result.tests_resolved,
         error_kind=result.error_kind,
         agent_timed_out=result.agent_timed_out,
         exit_reason=result.exit_reason,
         off_policy=result.mask_off_policy and result.token_prefix_chain is False,
     )
-
-
-def amend(result: TaskResult, **changes: Any) -> TaskResult:
-    """``result`` with new facts (``error_kind``, ``error``, ``exit_reason``, usage...) and the
-    verdict, reward and mask they decide: how a later phase (the grant, the relay, the recorder)
-    changes a row. Setting ``resolved``, ``reward``, ``mask_sample`` or ``mask_reason`` here is a bug."""
-    decided = {"resolved", "reward", "mask_sample", "mask_reason"} & changes.keys()
-    if decided:
-        raise ValueError(f"amend() states facts; {sorted(decided)} are decided by decide()")
-    changed = result.model_copy(update=changes)
-    return changed.model_copy(update=decide(facts_of(changed)).fields())
 
 
 def mask_group(results: list[TaskResult]) -> list[TaskResult]:

@@ -22,14 +22,13 @@ from typing import Protocol
 from anyswe._text import valid_text
 from anyswe.errors import PlanError, ResultsError
 from anyswe.execute import models
-from anyswe.execute.decide import amend
 from anyswe.execute.progress import Progress, make_progress
 from anyswe.execute.unit import TaskOutput, WorkUnit, make_unit
 from anyswe.execute.worker import Worker
 from anyswe.gateway import Gateway
 from anyswe.plan import Plan
 from anyswe.results.export import export_run
-from anyswe.results.schema import TaskResult
+from anyswe.results.schema import Failure
 from anyswe.results.store import RunStore
 
 
@@ -76,25 +75,24 @@ def pending_units(plan: Plan, store: RunStore, run_id: str) -> list[WorkUnit]:
 PATCH_FILE = "patch.diff"
 
 
-def record(store: RunStore, output: TaskOutput) -> TaskResult:
-    """Write a task's artefacts, then its result row (a row always has its files beside it); the row written.
+def record(store: RunStore, output: TaskOutput) -> TaskOutput:
+    """Write a task's artefacts, then its result row (a row always has its files beside it); the output as
+    recorded.
 
     What one task produced cannot stop the run: text UTF-8 cannot hold (a surrogate code point, from
-    JSON an agent or a model wrote) is written with U+FFFD in its place, in the files and in the row
-    (which is what the caller gets back), but for the patch, which was graded as it is. If its
-    artefacts or row still cannot be written (such a patch, a full disk), the task is recorded as an
-    internal error instead, retried next apply: unresolved, reward 0 (its verdict has no files beside
-    it), and counted as an error.
+    JSON an agent or a model wrote) is written with U+FFFD in its place, in the files and in the row,
+    but for the patch, which was graded as it is. If its artefacts or row still cannot be written (such
+    a patch, a full disk), the recorder's failure is appended (an internal error, retried next apply:
+    unresolved, reward 0, no patch, since its verdict has no files beside it) and that row is written.
     """
     try:
-        output = dataclasses.replace(output, result=output.result.with_valid_text())
         _write(store, output)
     except (OSError, UnicodeError, ValueError) as exc:
         failure = f"recording the task's results failed: {type(exc).__name__}: {exc}"
-        failed = amend(output.result, model_patch="", error_kind="internal", error=failure)
-        store.append(failed)
+        failed = output.failed(Failure(kind="internal", source="recorder", message=failure))
+        store.append(failed.result)
         return failed
-    return output.result
+    return output
 
 
 def _write(store: RunStore, output: TaskOutput) -> None:
@@ -138,9 +136,9 @@ class _Driver:
             await writing
             raise
         # The summary counts the row as written (one that could not be recorded is an error).
-        return dataclasses.replace(output, result=recorded)
+        return recorded
 
-    async def _record(self, output: TaskOutput) -> TaskResult:
+    async def _record(self, output: TaskOutput) -> TaskOutput:
         async with self._recording:
             return await asyncio.to_thread(record, self.store, output)
 

@@ -19,7 +19,6 @@ from typing import Any, Protocol
 
 from anyswe.agents import ExitReason, agent_class
 from anyswe.errors import AgentError, AnysweError, RuntimeNotAvailable
-from anyswe.execute.decide import amend
 from anyswe.execute.unit import TaskOutput, WorkUnit
 from anyswe.gateway import Budget, Gateway, Grant, ScriptedModel
 from anyswe.gateway.relay import join_address
@@ -28,6 +27,7 @@ from anyswe.gateway.server import Upstream
 from anyswe.gateway.upstream import HttpUpstream
 from anyswe.grading import get_harness
 from anyswe.model import ModelEndpoint, ModelSpec
+from anyswe.results.schema import Failure
 
 TRAJECTORY = "trajectory.jsonl"
 
@@ -180,41 +180,48 @@ async def attempt(runner: Runs, gateway: Gateway | None, unit: WorkUnit, task_di
 
 
 def settle(output: TaskOutput, used: Grant, task_dir: Path, model: ModelSpec | None = None) -> TaskOutput:
-    """Fold a task's model usage (cost, applied params, a budget stop) into its result."""
-    update: dict[str, object] = {"model_calls": used.calls, **vars(used.usage)}
-    if not output.result.turns:  # an agent that does not count its turns: each model call is one
-        update["turns"] = used.calls
+    """The grant's part of the outcome: its count of the calls settles the usage (cost priced here, once,
+    from the model's prices), a cap it kept ends the exit, and a failure of its own is appended."""
+    outcome = output.outcome
+    usage: dict[str, object] = {"model_calls": used.calls, **vars(used.usage)}
+    if not outcome.usage.turns:  # an agent that does not count its turns: each model call is one
+        usage["turns"] = used.calls
     if model is not None and model.params:
-        update["model_params"] = json.dumps(model.params, sort_keys=True)
+        usage["model_params"] = json.dumps(model.params, sort_keys=True)
     if used.prefix_chain is not None:
-        update["token_prefix_chain"] = used.prefix_chain
+        usage["token_prefix_chain"] = used.prefix_chain
     if model is not None and model.mask_off_policy:
-        update["mask_off_policy"] = True
+        usage["mask_off_policy"] = True
     if model is not None and model.prices is not None:
-        update["cost_usd"] = model.prices.cost(*vars(used.usage).values())
+        usage["cost_usd"] = model.prices.cost(*vars(used.usage).values())
     if (task_dir / TRAJECTORY).is_file():
-        update["trajectory_path"] = f"tasks/{task_dir.name}/{TRAJECTORY}"
-    gave_up = output.result.exit_reason in (ExitReason.ERROR, ExitReason.TIMEOUT)
-    if used.unrecorded is not None and output.result.error_kind is None:
-        update.update(error_kind="infra", error=used.unrecorded)
-    elif used.unavailable is not None and gave_up and output.result.error_kind is None:
+        usage["trajectory_path"] = f"tasks/{task_dir.name}/{TRAJECTORY}"
+    exit, failure = outcome.exit, None
+    gave_up = exit.reason in (ExitReason.ERROR, ExitReason.TIMEOUT)
+    unfailed = not outcome.failures
+    if used.unrecorded is not None and unfailed:
+        failure = Failure(kind="infra", source="grant", message=used.unrecorded)
+    elif used.unavailable is not None and gave_up and unfailed:
         # The model could not be reached (a dead endpoint, an outage): the sample says nothing about
         # the agent; run it again (in the apply's retries, and by the next apply).
         error = f"the model's upstream failed ({used.upstream_errors} calls; last {used.unavailable})"
-        update.update(error_kind="infra", error=error)
-    elif used.failed is not None and output.result.error_kind is None:
-        update.update(error_kind="agent", error=used.failed, exit_reason=ExitReason.ERROR)
-    elif used.exhausted is not None and output.result.error_kind is None:
+        failure = Failure(kind="infra", source="grant", message=error)
+    elif used.failed is not None and unfailed:
+        failure = Failure(kind="agent", source="grant", message=used.failed)
+        exit = dataclasses.replace(exit, reason=ExitReason.ERROR)
+    elif used.exhausted is not None and unfailed:
         # The agent's turn cap, kept by the gateway for agents without one, is a step limit.
         turns = used.exhausted.startswith("turns")
-        update["exit_reason"] = ExitReason.MAX_ITERATIONS if turns else ExitReason.BUDGET
-        update["error"] = f"{'turn cap reached' if turns else 'budget exhausted'}: {used.exhausted}"
-    if update.get("error_kind", output.result.error_kind) == "infra" and "trajectory_path" in update:
+        reason = ExitReason.MAX_ITERATIONS if turns else ExitReason.BUDGET
+        detail = f"{'turn cap reached' if turns else 'budget exhausted'}: {used.exhausted}"
+        exit = dataclasses.replace(exit, reason=reason, by="gateway", detail=detail)
+    void = (failure is not None and failure.kind == "infra") or outcome.facts().error_kind == "infra"
+    if void and "trajectory_path" in usage:
         # The task runs again, and its next attempt writes trajectory.jsonl afresh: this attempt's
         # calls (spent, and paid for) stay under a name of their own, which its row points at.
-        kept = f"trajectory.attempt-{output.result.attempt}.jsonl"
+        kept = f"trajectory.attempt-{outcome.record['attempt']}.jsonl"
         with contextlib.suppress(OSError):
             (task_dir / TRAJECTORY).replace(task_dir / kept)
-            update["trajectory_path"] = f"tasks/{task_dir.name}/{kept}"
-    result = amend(output.result, **update)
-    return dataclasses.replace(output, result=result)
+            usage["trajectory_path"] = f"tasks/{task_dir.name}/{kept}"
+    outcome = outcome.settled(usage, exit)
+    return dataclasses.replace(output, outcome=outcome if failure is None else outcome.failed(failure))

@@ -155,7 +155,7 @@ class RayRunner:
             await asyncio.to_thread(self._ray.wait, [ref], timeout=60)
             raise
         except Exception as exc:  # the node died (more often than retried), or Ray itself failed
-            return failed_output(unit, "infra", f"{type(exc).__name__} on the Ray cluster: {exc}")
+            return failed_output(unit, "infra", f"{type(exc).__name__} on the Ray cluster: {exc}", source="node")
         return output
 
     async def collect_orphans(self, task_keys: set[str]) -> list[str]:

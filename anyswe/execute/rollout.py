@@ -297,8 +297,8 @@ class Rollouts:
     async def run(self, unit: WorkUnit) -> Rollout:
         """Run ``unit`` through the run's own path (``models.attempt``) and read back its trajectory."""
         from anyswe.execute import models
-        from anyswe.execute.decide import amend
         from anyswe.gateway.trajectory import read_trajectory
+        from anyswe.results.schema import Failure
 
         provider = self.worker.provider(unit)
         if id(provider) not in self._checked:  # a runtime (or a cluster) that answered once is not asked again
@@ -323,7 +323,7 @@ class Rollouts:
                 # A sample whose calls cannot all be read back is one the gateway did not record whole:
                 # the gateway's own failure to record (models.settle's ``unrecorded``), never the agent's.
                 error = f"the trajectory could not be read whole: {'; '.join(lost[:3])}"
-                output = dataclasses.replace(output, result=amend(output.result, error_kind="infra", error=error))
+                output = output.failed(Failure(kind="infra", source="trajectory", message=error))
             if self._store is not None:
                 output = await self._record(output)
         finally:
@@ -336,8 +336,7 @@ class Rollouts:
 
         assert self._store is not None
         async with self._recording:
-            recorded = await asyncio.to_thread(record, self._store, output)
-        return dataclasses.replace(output, result=recorded)
+            return await asyncio.to_thread(record, self._store, output)
 
 
 async def rollout_async(

@@ -33,14 +33,14 @@ from anyswe._threads import in_thread
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import GradingError, InfraError, SandboxOutOfMemory
 from anyswe.execute.capture import PatchCaptureFailed, capture_patch
-from anyswe.execute.decide import Facts, decide
 from anyswe.execute.grade import grade_in_sandbox, stopped_on_failure
+from anyswe.execute.outcome import Exit, Outcome, Usage
 from anyswe.execute.seal import SealedImages, check_starting_point, seal_repository
 from anyswe.execute.unit import TaskOutput
 from anyswe.grading import get_harness
 from anyswe.grading.flags import patch_flags
 from anyswe.grading.swebench import touched_files
-from anyswe.results.schema import TIME_FIELDS, ErrorKind, TaskResult
+from anyswe.results.schema import TIME_FIELDS, ErrorKind, Failure, FailureSource, TaskResult
 from anyswe.sandbox import SandboxRequest
 from anyswe.sandbox.provider import Provenance
 from anyswe.sandbox.reap import end_strays
@@ -282,18 +282,21 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
     except Exception:  # a bug in anyswe must not stop the other tasks; the task runs again next time
         trace.error_kind, trace.error = "internal", traceback.format_exc()
     trace.close()
-    result = classify(unit, trace, run, patch, verdict, image=image, started_at=started, provenance=provenance)
-    files = artifacts(result, trace, verdict)
+    outcome = classify(unit, trace, run, patch, verdict, image=image, started_at=started, provenance=provenance)
+    files = artifacts(outcome.row(), trace, verdict)
     if run is not None:
         files.update({f"agent-{name}": text for name, text in run.outcome.artifacts.items()})
-    return TaskOutput(result, files)
+    return TaskOutput(outcome, files)
 
 
-def failed_output(unit: WorkUnit, error_kind: ErrorKind, error: str) -> TaskOutput:
-    """The output of a task that could not even start (its model could not be set up, say)."""
-    trace = _Trace(error_kind=error_kind, error=error)
-    result = classify(unit, trace, None, "", None, image=None, started_at=_now())
-    return TaskOutput(result, artifacts(result, trace, None))
+def failed_output(
+    unit: WorkUnit, error_kind: ErrorKind, error: str, source: FailureSource = "task", *, permanent: bool = False
+) -> TaskOutput:
+    """The output of a task that could not even start (its model could not be set up, a dead node), its
+    failure stated by ``source``."""
+    outcome = classify(unit, _Trace(), None, "", None, image=None, started_at=_now())
+    outcome = outcome.failed(Failure(kind=error_kind, source=source, message=error, permanent=permanent))
+    return TaskOutput(outcome, artifacts(outcome.row(), _Trace(), None))
 
 
 @functools.cache
@@ -315,19 +318,20 @@ def classify(
     image: str | None,
     started_at: str,
     provenance: Provenance | None = None,
-) -> TaskResult:
-    """Assemble the task's one result from what the phases returned (its verdict, reward and mask
-    are :func:`~anyswe.execute.decide.decide`'s)."""
-    error_kind, error = trace.error_kind, trace.error
-    if error_kind is None and run is not None and run.error is not None:
-        error_kind, error = "agent", run.error
-    if verdict is not None and verdict.error is not None and error_kind in (None, "agent"):
-        error_kind, error = "agent", verdict.error if error is None else f"{error}; {verdict.error}"
-    outcome = run.outcome if run is not None else AgentOutcome(exit_reason=ExitReason.ERROR)
-    timed_out = run is not None and run.timed_out
-    exit_reason = outcome.exit_reason if run is not None else None
-    decision = decide(Facts(bool(verdict and verdict.resolved), error_kind, timed_out, exit_reason))
-    fields: dict[str, Any] = {
+) -> Outcome:
+    """The task's outcome from what the phases returned: its facts and its own failures (the row's
+    verdict, reward and mask are :func:`~anyswe.execute.decide.decide`'s, read by ``Outcome.row``)."""
+    failures = []
+    if trace.error_kind is not None:
+        failures.append(
+            Failure(kind=trace.error_kind, source="task", message=trace.error or "", permanent=trace.error_permanent)
+        )
+    elif run is not None and run.error is not None:
+        failures.append(Failure(kind="agent", source="task", message=run.error))
+    if verdict is not None and verdict.error is not None and trace.error_kind in (None, "agent"):
+        failures.append(Failure(kind="agent", source="task", message=verdict.error))
+    outcome = run.outcome if run is not None else AgentOutcome()
+    record: dict[str, Any] = {
         "key": unit.key,
         "cell": unit.cell.id,
         "agent": unit.cell.agent,
@@ -348,23 +352,21 @@ def classify(
         "eval_script_sha256": hashlib.sha256(verdict.eval_script.encode()).hexdigest() if verdict else None,
         "started_at": started_at,
         "finished_at": _now(),
-        **decision.fields(),
         "patch_exists": bool(verdict and verdict.patch_exists),
         "patch_applied": bool(verdict and verdict.patch_applied),
         "applied_by": verdict.applied_by if verdict else None,
         "tests_timed_out": bool(verdict and verdict.tests_timed_out),
         "model_patch": patch,
         **_patch_facts(unit, trace, verdict, patch),
-        "exit_reason": exit_reason,
-        "agent_timed_out": timed_out,
-        **dataclasses.asdict(outcome.usage),
-        "trajectory_path": outcome.trajectory_path,
-        "error_kind": error_kind,
-        "error": error,
-        "error_permanent": trace.error_permanent,
         **{name: trace.times.get(name) for name in TIME_FIELDS},
     }
-    return TaskResult.model_validate(fields)
+    return Outcome(
+        record=record,
+        tests_resolved=bool(verdict and verdict.resolved),
+        exit=Exit(outcome.exit_reason, run.timed_out, "host" if run.timed_out else "agent") if run else Exit(),
+        usage=Usage(**dataclasses.asdict(outcome.usage), trajectory_path=outcome.trajectory_path),
+        failures=tuple(failures),
+    )
 
 
 def _patch_facts(unit: WorkUnit, trace: _Trace, verdict: Verdict | None, patch: str) -> dict[str, Any]:

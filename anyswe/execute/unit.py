@@ -8,6 +8,7 @@ directory. A unit holds no secret: a model's key stays in the environment variab
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -17,9 +18,10 @@ from anyswe.images.resolve import ImageSource
 if TYPE_CHECKING:
     from anyswe.agents import AgentConfig
     from anyswe.datasets import Instance
+    from anyswe.execute.outcome import Outcome
     from anyswe.model import ModelEndpoint, ModelSpec
     from anyswe.plan import Cell, Plan, Task
-    from anyswe.results.schema import TaskResult
+    from anyswe.results.schema import Failure, TaskResult
     from anyswe.sandbox import ProviderConfig
 
 
@@ -48,12 +50,22 @@ class WorkUnit:
     max_patch_bytes: int = MAX_PATCH_BYTES
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskOutput:
-    """What running a unit gives back: its result row and its artefacts (file name -> text)."""
+    """What running a unit gives back: its outcome (the row is written from it) and its artefacts
+    (file name -> text)."""
 
-    result: TaskResult
+    outcome: Outcome
     artifacts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def result(self) -> TaskResult:
+        """The results row of the outcome as it stands."""
+        return self.outcome.row()
+
+    def failed(self, failure: Failure) -> TaskOutput:
+        """This output with ``failure`` appended to its outcome (a later stage's finding)."""
+        return dataclasses.replace(self, outcome=self.outcome.failed(failure))
 
 
 def _provider_config(plan: Plan, name: str) -> ProviderConfig:

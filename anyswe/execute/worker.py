@@ -61,15 +61,15 @@ class Worker:
         if endpoint is None or endpoint.relay is None:
             return await run_task(unit, self)
         # The gateway is on the driver's machine: this unit's calls go through a relay here.
-        from anyswe.execute.decide import amend
         from anyswe.execute.task import failed_output
         from anyswe.gateway.relay import Relay
+        from anyswe.results.schema import Failure
 
         relay = Relay(endpoint.relay)
         try:
             await relay.reachable()
         except RuntimeNotAvailable as exc:
-            return failed_output(unit, "infra", str(exc))
+            return failed_output(unit, "infra", str(exc), source="relay")
         async with relay:
             output = await run_task(dataclasses.replace(unit, endpoint=relay.endpoint(endpoint)), self)
         result = output.result
@@ -77,7 +77,7 @@ class Worker:
             # Calls that never reached the model say nothing about the agent: an infra error, run again.
             error = f"{relay.failures} model calls could not reach the gateway at {endpoint.relay}: "
             error += relay.last_failure
-            output = dataclasses.replace(output, result=amend(result, error_kind="infra", error=error))
+            output = output.failed(Failure(kind="infra", source="relay", message=error))
         return output
 
     async def collect_orphans(self, task_keys: set[str]) -> list[str]:

@@ -27,9 +27,14 @@ from anyswe.errors import ResultsError
 if TYPE_CHECKING:
     import polars as pl
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 ErrorKind = Literal["infra", "agent", "grading", "internal"]
+#: Who stated a failure: the task's own phases, the model grant (gateway), the relay on a remote node,
+#: the executor when a node died, the reading of the trajectory back, the driver recording the row.
+FailureSource = Literal["task", "grant", "relay", "node", "trajectory", "recorder"]
+#: Who ended the agent's run: itself (its own exit), the host (its deadline), the gateway (a cap it keeps).
+ExitBy = Literal["agent", "host", "gateway"]
 #: Error kinds after which a task runs again on the next apply: the task itself never failed.
 RETRYABLE: frozenset[str] = frozenset({"infra", "internal"})
 
@@ -47,12 +52,24 @@ PHASE_FIELDS = (
 TIME_FIELDS = (*PHASE_FIELDS, "time_total")
 
 
+class Failure(BaseModel):
+    """One failure of an attempt, as the stage that found it stated it (execute/outcome.py appends them)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: ErrorKind
+    #: None: a row from before failures had sources (schema 8 and older), migrated from its error.
+    source: FailureSource | None
+    message: str
+    permanent: bool = False
+
+
 class TaskResult(BaseModel):
     """One finished attempt of one task: identity, verdict, agent report, error, timings."""
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[8] = 8
+    schema_version: Literal[9] = 9
     # -- identity: which task, which attempt --------------------------------------------------------
     key: str
     cell: str
@@ -82,6 +99,11 @@ class TaskResult(BaseModel):
     started_at: str = ""
     finished_at: str = ""
     # -- verdict ------------------------------------------------------------------------------------
+    tests_resolved: bool = Field(
+        default=False,
+        description="What the tests said, whatever else happened (never overwritten); `resolved` is decide()'s, "
+        "which an untrusted failure makes False.",
+    )
     resolved: bool = False
     reward: float = 0.0
     patch_exists: bool = False
@@ -113,6 +135,7 @@ class TaskResult(BaseModel):
     )
     # -- what the agent reported ----------------------------------------------------------------------
     exit_reason: ExitReason | None = None
+    exit_by: ExitBy | None = Field(default=None, description="Who ended the agent's run; None: it never ran.")
     agent_timed_out: bool = False
     model_calls: int = 0
     turns: int = 0
@@ -125,8 +148,11 @@ class TaskResult(BaseModel):
     model_params: str | None = None
     trajectory_path: str | None = None
     # -- errors and masking ---------------------------------------------------------------------------
-    error_kind: ErrorKind | None = None
+    error_kind: ErrorKind | None = Field(default=None, description="The kind of the failure that decides the row.")
     error: str | None = None
+    failures: list[Failure] = Field(
+        default_factory=list, description="Every failure of the attempt, in the order stated, with its source."
+    )
     error_permanent: bool = Field(
         default=False,
         description="An infra error no attempt can change (a missing image, an image that is not the instance's): "
@@ -192,17 +218,25 @@ class TaskResult(BaseModel):
 
 def _migrate_v1(row: dict[str, Any]) -> dict[str, Any]:
     """Schema 1 (untyped dicts): the same names, plus free-form ``agent_<metric>`` numbers, now typed fields."""
-    out = {k: v for k, v in row.items() if not k.startswith("agent_") or k == "agent_timed_out"}
-    out["schema_version"] = SCHEMA_VERSION
-    return out
+    return _migrate_v2({k: v for k, v in row.items() if not k.startswith("agent_") or k == "agent_timed_out"})
 
 
 def _migrate_v2(row: dict[str, Any]) -> dict[str, Any]:
     """Schema 2: no provenance fields yet (they stay unknown); schema 3: every infra error was transient;
     schema 4: no caps recorded (there were none: their fields stay None); schema 5: no flags (None);
     schema 6: no mask reason (what decide() gives for the row's facts, for a masked row); schema 7: no seal
-    or settle phase (None), and its phases did not add up to its total (steps between them were in none)."""
-    return {**row, "schema_version": SCHEMA_VERSION}
+    or settle phase (None), and its phases did not add up to its total (steps between them were in none);
+    schema 8: no tests' verdict apart from the decided one (the row's `resolved` is the best known: a row an
+    untrusted failure marked unresolved stays so), no failure list (its one error, source unknown), no
+    exit_by (None)."""
+    out = {**row, "schema_version": SCHEMA_VERSION}
+    if isinstance(row.get("resolved", False), bool):  # else the row's own field is the error to report
+        out.setdefault("tests_resolved", row.get("resolved", False))
+    if "failures" not in out:
+        kind = row.get("error_kind")
+        failure = {"kind": kind, "source": None, "message": row.get("error") or "", "permanent": False}
+        out["failures"] = [failure | {"permanent": row.get("error_permanent", False)}] if kind else []
+    return out
 
 
 #: A task key (plan.task_key): 16 hex digits of what can change the result, ``__``, the instance id.
@@ -238,7 +272,7 @@ def parse_row(row: Any, where: str) -> TaskResult:
     version = row.get("schema_version", 1)
     if version == 1:
         row = _migrate_v1(row)
-    elif version in (2, 3, 4, 5, 6, 7):
+    elif version in (2, 3, 4, 5, 6, 7, 8):
         row = _migrate_v2(row)
     elif version != SCHEMA_VERSION:
         raise ResultsError(
@@ -276,6 +310,8 @@ def _polars_type(annotation: Any) -> Any:
         return pl.List(_polars_type(get_args(annotation)[0]))
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         return pl.Utf8
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return pl.Struct({name: _polars_type(f.annotation) for name, f in annotation.model_fields.items()})
     return {bool: pl.Boolean, int: pl.Int64, float: pl.Float64, str: pl.Utf8}[annotation]
 
 

@@ -1,5 +1,5 @@
-"""The reward and mask table of execute/decide.py, case by case (issue 23), and that every later
-phase changes a row only through it."""
+"""The reward and mask table of execute/decide.py, case by case (issue 23). How every later stage
+reaches it, through the attempt's Outcome, is tests/unit/test_outcome.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from anyswe.agents import ExitReason
-from anyswe.execute.decide import Decision, Facts, MaskReason, amend, decide, mask_group
+from anyswe.execute.decide import Decision, Facts, MaskReason, decide, mask_group
 from anyswe.results.schema import TaskResult, parse_row
 
 E = ExitReason
@@ -73,24 +73,6 @@ def _row(**kw: Any) -> TaskResult:
     return TaskResult.model_validate({**base, **kw, **decide(facts).fields()})
 
 
-def test_amend_redecides_from_the_new_facts() -> None:
-    resolved = _row(verdict=True, exit_reason=E.SUBMITTED)
-    assert (resolved.resolved, resolved.mask_sample) == (True, False)
-    # The gateway found a call it could not record: infra, so no longer resolved.
-    lost = amend(resolved, error_kind="infra", error="a call was not recorded")
-    assert (lost.resolved, lost.reward, lost.mask_sample, lost.mask_reason) == (False, 0.0, True, "infra")
-    # The gateway's turn cap stopped the agent: the same verdict, now an accidental pass.
-    capped = amend(resolved, exit_reason=E.MAX_ITERATIONS)
-    assert (capped.resolved, capped.reward, capped.mask_sample, capped.mask_reason) == (True, 1.0, True, "forced_stop")
-    unresolved = amend(_row(verdict=False, exit_reason=E.SUBMITTED), exit_reason=E.BUDGET)
-    assert (unresolved.mask_sample, unresolved.mask_reason) == (False, None)
-
-
-def test_amend_refuses_to_be_told_a_decision() -> None:
-    with pytest.raises(ValueError, match="decided by decide"):
-        amend(_row(), mask_sample=True)
-
-
 def test_old_rows_get_the_reason_their_facts_give() -> None:
     """Rows of schema 6 had a mask and no reason: reading them gives the reason decide() gives."""
     base = {
@@ -106,16 +88,6 @@ def test_old_rows_get_the_reason_their_facts_give() -> None:
     lucky = {**base, "resolved": True, "reward": 1.0, "exit_reason": "max_iterations", "mask_sample": True}
     assert parse_row(lucky, "results.jsonl:2").mask_reason == "forced_stop"
     assert parse_row({**base, "mask_sample": False}, "results.jsonl:3").mask_reason is None
-
-
-def test_off_policy_masks_only_with_the_setting_on() -> None:
-    row = _row(verdict=True, exit_reason=E.SUBMITTED)
-    broken = amend(row, token_prefix_chain=False)
-    assert (broken.mask_sample, broken.mask_reason) == (False, None)  # the setting is off: a fact, no mask
-    masked = amend(broken, mask_off_policy=True)
-    assert (masked.resolved, masked.mask_sample, masked.mask_reason) == (True, True, "off_policy")
-    kept = amend(row, token_prefix_chain=True, mask_off_policy=True)
-    assert kept.mask_sample is False
 
 
 def test_the_prefix_chain_follows_each_calls_tokens() -> None:

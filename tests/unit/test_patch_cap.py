@@ -41,7 +41,7 @@ def finished(u: WorkUnit, patch: str) -> tuple[TaskResult, dict[str, str]]:
     trace, run = _Trace(), AgentRun(AgentOutcome(exit_reason=ExitReason.SUBMITTED))
     graded = patch_within_cap(u, run, patch, trace)
     verdict = empty_patch_verdict(u.instance, get_harness(u.harness)) if not graded else None
-    result = classify(u, trace, run, graded, verdict, image="img", started_at="now")
+    result = classify(u, trace, run, graded, verdict, image="img", started_at="now").row()
     return result, artifacts(result, trace, verdict)
 
 
@@ -63,7 +63,7 @@ def test_a_patch_within_the_cap_is_graded_and_kept(tmp_path: Path) -> None:
     trace, run = _Trace(), AgentRun(AgentOutcome(exit_reason=ExitReason.SUBMITTED))
     patch = "diff --git a/x b/x\n+é\n"
     assert patch_within_cap(u, run, patch, trace) == patch and run.error is None
-    result = classify(u, trace, run, patch, None, image="img", started_at="now")
+    result = classify(u, trace, run, patch, None, image="img", started_at="now").row()
     assert result.model_patch == patch and result.patch_bytes == len(patch.encode()) and result.limit_hit is None
     assert result.max_patch_bytes == _proc.MAX_PATCH_BYTES == 10 * 1024 * 1024
 
@@ -83,7 +83,7 @@ def test_an_eval_log_over_its_cap_is_recorded_as_the_limit_hit_and_counts(tmp_pa
     verdict = Verdict(resolved=False, patch_exists=True, patch_applied=True, output_over_cap=True)
     result = classify(
         u, _Trace(), AgentRun(AgentOutcome(exit_reason=ExitReason.SUBMITTED)), "p", verdict, image="i", started_at=""
-    )
+    ).row()
     assert (result.resolved, result.error_kind, result.mask_sample) == (False, None, False)
     assert result.limit_hit == "eval_output_bytes"
 

@@ -4,11 +4,12 @@ chart, the backend comparison, the flips and the task list."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 from anyswe.agents.base import ExitReason
-from anyswe.execute.decide import amend
+from anyswe.execute.outcome import Exit, Outcome
 from anyswe.results.report import render_report
 from anyswe.results.schema import TaskResult
 
@@ -27,6 +28,7 @@ def _run(tmp_path: Path, *, time_out: bool, passed: bool = False) -> Path:
                 provider_type=provider,
                 instance_id=iid,
                 repo="demo",
+                tests_resolved=resolved,
                 resolved=resolved,
                 reward=float(resolved),
                 patch_exists=True,
@@ -35,7 +37,8 @@ def _run(tmp_path: Path, *, time_out: bool, passed: bool = False) -> Path:
             if time_out and provider == "apptainer" and n == 1:
                 # The agent ran out of time (on a task its tests fail unless ``passed``): decide()
                 # masks it for RL and gives its reward.
-                row = amend(row, agent_timed_out=True, exit_reason=ExitReason.TIMEOUT)
+                timed_out = Exit(ExitReason.TIMEOUT, timed_out=True, by="host")
+                row = dataclasses.replace(Outcome.of_row(row), exit=timed_out).row()
             rows.append(row)
     run = tmp_path / "run"
     run.mkdir()

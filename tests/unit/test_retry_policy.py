@@ -34,9 +34,9 @@ class Failing:
 
     async def run(self, unit: WorkUnit) -> TaskOutput:
         self.runs += 1
-        output = failed_output(unit, "infra", f"{type(self.error).__name__}: {self.error}")
-        output.result.error_permanent = self.error.permanent
-        return output
+        return failed_output(
+            unit, "infra", f"{type(self.error).__name__}: {self.error}", permanent=self.error.permanent
+        )
 
     async def check(self, units: Iterable[WorkUnit]) -> None: ...
     async def collect_orphans(self, task_keys: set[str]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -122,14 +123,15 @@ def test_polars_schema_comes_from_the_model() -> None:
 def test_a_task_whose_output_cannot_be_written_is_recorded_as_its_own_error(tmp_path: Path) -> None:
     """A lone surrogate in a patch (a replayed prediction, say) must not abort the run or lose the task."""
     from anyswe.execute.local import record
+    from anyswe.execute.outcome import Outcome
     from anyswe.execute.unit import TaskOutput
 
-    bad = result("a", model_patch="diff \ud800", resolved=True, reward=1.0)
+    bad = result("a", model_patch="diff \ud800", tests_resolved=True, resolved=True, reward=1.0)
     with RunStore(tmp_path) as store:
-        recorded = record(store, TaskOutput(bad, {"patch.diff": "diff \ud800"}))
+        recorded = record(store, TaskOutput(Outcome.of_row(bad), {"patch.diff": "diff \ud800"})).result
         # A verdict without its files is no verdict: the row (and what the driver counts) says so.
         assert (recorded.resolved, recorded.reward, recorded.error_kind) == (False, 0.0, "internal")
-        record(store, TaskOutput(result("b"), {"patch.diff": "fine"}))
+        record(store, TaskOutput(Outcome.of_row(result("b")), {"patch.diff": "fine"}))
         assert store.done_keys() == {key("b")}  # the failed one runs again on the next apply
     first, second = read_results(tmp_path / "results.jsonl")
     assert (first.key, first.error_kind, first.mask_sample, first.model_patch) == (key("a"), "internal", True, "")
@@ -143,11 +145,14 @@ def test_a_surrogate_in_reported_text_is_replaced_and_the_sample_kept(tmp_path: 
     model wrote can say one) is written with U+FFFD in its place, not lost as an internal error; the
     row the caller gets back is the row written, and it makes a table."""
     from anyswe.execute.local import record
+    from anyswe.execute.outcome import Exit, Outcome
     from anyswe.execute.unit import TaskOutput
 
-    said = result("a", error="agent said \ud800 and \ud83d\ude00", flags=["x\udfff"], resolved=True, reward=1.0)
+    said = result("a", flags=["x\udfff"], tests_resolved=True, resolved=True, reward=1.0)
+    # What an agent said, with a surrogate: the note of the cap that ended it.
+    outcome = dataclasses.replace(Outcome.of_row(said), exit=Exit(detail="agent said \ud800 and \ud83d\ude00"))
     with RunStore(tmp_path) as store:
-        recorded = record(store, TaskOutput(said, {"agent.log": "log \udc80", "patch.diff": "diff"}))
+        recorded = record(store, TaskOutput(outcome, {"agent.log": "log \udc80", "patch.diff": "diff"})).result
     (row,) = read_results(tmp_path / "results.jsonl")
     assert row == recorded and (row.error_kind, row.resolved, row.reward) == (None, True, 1.0)
     assert (row.error, row.flags) == ("agent said \ufffd and \U0001f600", ["x\ufffd"])

@@ -35,6 +35,7 @@ def _run(tmp_path: Path, cells: list[tuple[str, str, str]] = CELLS) -> Path:
                     "provider": provider,
                     "instance_id": iid,
                     "repo": iid.split("__")[0],
+                    "tests_resolved": (n + k) % 2 == 0,
                     "resolved": (n + k) % 2 == 0,
                     "patch_exists": True,
                     "input_tokens": 123_456,
@@ -103,11 +104,14 @@ def test_a_wide_instance_matrix_names_its_cells_in_a_legend(tmp_path: Path) -> N
 
 def _time_out_first(run: Path) -> TaskResult:
     """Make the first row an agent timeout (its verdict, reward and mask as decide() gives them); returns it."""
+    import dataclasses
+
     from anyswe.agents.base import ExitReason
-    from anyswe.execute.decide import amend
+    from anyswe.execute.outcome import Exit, Outcome
 
     rows = [TaskResult.model_validate_json(x) for x in (run / "results.jsonl").read_text().splitlines()]
-    rows[0] = amend(rows[0], agent_timed_out=True, exit_reason=ExitReason.TIMEOUT)
+    timed_out = Exit(ExitReason.TIMEOUT, timed_out=True, by="host")
+    rows[0] = dataclasses.replace(Outcome.of_row(rows[0]), exit=timed_out).row()
     (run / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))
     return rows[0]
 
