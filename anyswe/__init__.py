@@ -30,7 +30,8 @@ from anyswe.errors import (
 if TYPE_CHECKING:
     from anyswe.datasets import load_dataset
     from anyswe.execute.grade import grade, grade_async
-    from anyswe.execute.rollout import Rollout, Rollouts, rollout, rollout_async
+    from anyswe.execute.rollout import Rollouts, rollout, rollout_async
+    from anyswe.execute.sample import Rollout
     from anyswe.execute.triage import Triage, triage, triage_async
     from anyswe.experiment import Experiment
     from anyswe.grading import Verdict
@@ -48,7 +49,7 @@ _LAZY = {
     "grade_async": "anyswe.execute.grade",
     "rollout": "anyswe.execute.rollout",
     "rollout_async": "anyswe.execute.rollout",
-    "Rollout": "anyswe.execute.rollout",
+    "Rollout": "anyswe.execute.sample",
     "Rollouts": "anyswe.execute.rollout",
     "triage": "anyswe.execute.triage",
     "triage_async": "anyswe.execute.triage",

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from anyswe.execute.rollout import Rollout
+    from anyswe.execute.sample import Rollout
     from anyswe.gateway.trajectory import Step, StepReply
 
 #: anyswe's exit reasons in Gym's ``agent_error_kind`` names where Gym has one.

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -24,10 +23,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from anyswe.agents.base import AgentUsage
 from anyswe.errors import SpecError, first_problem
+from anyswe.execute.sample import Rollout
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -37,85 +36,9 @@ if TYPE_CHECKING:
     from anyswe.execute.unit import TaskOutput, WorkUnit
     from anyswe.execute.worker import Worker
     from anyswe.gateway import Gateway
-    from anyswe.gateway.trajectory import Step
     from anyswe.model import ModelSpec
-    from anyswe.results.schema import TaskResult
     from anyswe.results.store import RunStore
     from anyswe.sandbox import ProviderConfig
-
-
-class Rollout(BaseModel):
-    """One task's sample: reward and mask (decided in execute/decide.py), what the agent did, what it cost."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    instance_id: str
-    reward: float
-    resolved: bool
-    mask_sample: bool
-    mask_reason: str | None = Field(description="Why it is masked (execute/decide.py's table); None if it is not.")
-    error_kind: str | None = None
-    error: str | None = None
-    error_permanent: bool = Field(description="An infra error no attempt changes (else transient: worth a retry).")
-    exit_reason: str | None = None
-    agent_timed_out: bool = False
-    patch: str = ""
-    patch_exists: bool = False
-    patch_applied: bool = False
-    tests_status: dict[str, dict[str, list[str]]] = Field(
-        default_factory=dict, description="swebench's buckets: FAIL_TO_PASS/PASS_TO_PASS/... -> success/failure."
-    )
-    flags: list[str] = Field(default_factory=list, description="Reward-hacking flags of the patch (grading/flags.py).")
-    token_prefix_chain: bool | None = Field(
-        default=None, description="Whether the calls' token ids form one growing prefix chain (None: no token ids)."
-    )
-    trajectory: list[Step] = Field(default_factory=list, description="The model calls, in the trajectory contract.")
-    trajectory_errors: list[str] = Field(
-        default_factory=list,
-        description="Each trajectory line that could not be read (file:line: why); its step is not in `trajectory`.",
-    )
-    usage: AgentUsage = Field(default_factory=AgentUsage)
-    timings: dict[str, float | None] = Field(default_factory=dict, description="Seconds per phase (time_*).")
-    #: The whole result row, as results.jsonl has it.
-    result: TaskResult
-    #: The task's files (patch.diff, test_output.txt, eval.sh, agent.log, ...), by name.
-    files: dict[str, str] = Field(default_factory=dict, repr=False)
-    #: Where the rollout was recorded (None: nowhere).
-    run_dir: Path | None = None
-
-    @classmethod
-    def of(cls, output: TaskOutput, trajectory: list[Step], run_dir: Path | None, lost: list[str]) -> Rollout:
-        from anyswe.results.schema import TIME_FIELDS
-
-        r = output.result
-        report = json.loads(output.artifacts.get("report.json") or "{}")
-        status = report.get(r.instance_id, {}).get("tests_status") or {}
-        usage = AgentUsage(**{f.name: getattr(r, f.name) for f in dataclasses.fields(AgentUsage)})
-        return cls(
-            instance_id=r.instance_id,
-            reward=r.reward,
-            resolved=r.resolved,
-            mask_sample=r.mask_sample,
-            mask_reason=r.mask_reason,
-            error_kind=r.error_kind,
-            error=r.error,
-            error_permanent=r.error_permanent,
-            exit_reason=r.exit_reason,
-            agent_timed_out=r.agent_timed_out,
-            patch=r.model_patch,
-            patch_exists=r.patch_exists,
-            patch_applied=r.patch_applied,
-            tests_status=status,
-            flags=r.flags or [],
-            token_prefix_chain=r.token_prefix_chain,
-            trajectory=trajectory,
-            trajectory_errors=lost,
-            usage=usage,
-            timings={name: getattr(r, name) for name in TIME_FIELDS},
-            result=r,
-            files=dict(output.artifacts),
-            run_dir=run_dir,
-        )
 
 
 class Rollouts:
@@ -289,10 +212,7 @@ class Rollouts:
         if not mask_together:
             return list(rollouts)
         results = mask_group([r.result for r in rollouts])
-        return [
-            r.model_copy(update={"mask_sample": res.mask_sample, "mask_reason": res.mask_reason, "result": res})
-            for r, res in zip(rollouts, results, strict=True)
-        ]
+        return [r.model_copy(update={"result": res}) for r, res in zip(rollouts, results, strict=True)]
 
     async def run(self, unit: WorkUnit) -> Rollout:
         """Run ``unit`` through the run's own path (``models.attempt``) and read back its trajectory."""
@@ -361,14 +281,3 @@ def rollout(instance: Instance | Mapping[str, Any] | str, **options: Any) -> Rol
     from anyswe._sync import run_sync
 
     return run_sync(rollout_async(instance, **options))
-
-
-def _rebuild() -> None:
-    """Resolve the forward references of the models (the imports are deferred: ``import anyswe`` stays cheap)."""
-    from anyswe.gateway.trajectory import Step
-    from anyswe.results.schema import TaskResult
-
-    Rollout.model_rebuild(_types_namespace={"Step": Step, "TaskResult": TaskResult, "Path": Path})
-
-
-_rebuild()

@@ -139,3 +139,32 @@ def test_rows_of_schema_8_read_with_their_verdict_and_their_one_failure() -> Non
     ]
     again = parse_row(rows[0].model_dump(mode="json"), "results.jsonl:1")
     assert again == rows[0]
+
+
+def test_a_rollout_and_gyms_response_are_views_of_the_row() -> None:
+    """Rollout holds the row, not copies of its fields: masking a group replaces the row and every view follows."""
+    from anyswe.execute.decide import mask_group
+    from anyswe.execute.sample import Rollout
+    from anyswe.gym import gym_response
+
+    ok = Rollout(result=_resolved().settled({"model_calls": 3, "input_tokens": 9}).row())
+    lost = Rollout(result=_resolved().failed(Failure(kind="infra", source="node", message="gone")).row())
+    assert (ok.reward, ok.resolved, ok.mask_sample, ok.usage.model_calls, ok.patch) == (
+        1.0,
+        True,
+        False,
+        3,
+        RECORD["model_patch"],
+    )
+    dumped = ok.model_dump(mode="json")
+    assert dumped["reward"] == 1.0 and dumped["usage"]["input_tokens"] == 9 and dumped["result"]["tests_resolved"]
+    grouped = [
+        r.model_copy(update={"result": res})
+        for r, res in zip([ok, lost], mask_group([ok.result, lost.result]), strict=True)
+    ]
+    assert [(r.mask_sample, r.mask_reason, r.resolved) for r in grouped] == [
+        (True, "group", True),
+        (True, "infra", False),
+    ]
+    response = gym_response({"responses_create_params": {"model": "m"}}, grouped[0])
+    assert (response["reward"], response["mask_sample"], response["resolved"]) == (1.0, True, True)
