@@ -14,11 +14,12 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from anyswe.errors import RequestError
+from anyswe.execute.runner import known_executor
 
 #: Gym's rollout path prefix (nemo_gym.config_types.ROLLOUT_PATH_PREFIX).
 ROLLOUT_PREFIX = "ng-rollout"
@@ -64,7 +65,7 @@ class ServeConfig(BaseModel):
     body_timeout: float = Field(default=120.0, gt=0)
     #: Where rollouts run: in this process (``local``), or as tasks on the Ray cluster at ``address``
     #: (its nodes advertise provider types; they reach this server's gateway at ``gateway_host``).
-    executor: Literal["local", "ray"] = "local"
+    executor: Annotated[str, AfterValidator(known_executor)] = "local"
     address: str | None = None
     gateway_host: str | None = None
     #: Record every rollout here as ``anyswe apply`` records a run (``anyswe results`` reads it).

@@ -9,14 +9,15 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from anyswe._proc import MAX_OUTPUT_BYTES, MAX_PATCH_BYTES
 from anyswe._yaml import read_yaml
 from anyswe.agents import AgentConfig, agent_class
 from anyswe.errors import AnysweError, SpecError
+from anyswe.execute.runner import known_executor
 from anyswe.model import ModelSpec
 from anyswe.sandbox import ProviderConfig, provider_class
 
@@ -90,9 +91,9 @@ class RetrySpec(_Strict):
 
 
 class ExecutorSpec(_Strict):
-    """Where tasks run: in this process (local), or spread over a Ray cluster (ray)."""
+    """Where tasks run: here (local), over a Ray cluster (ray), or a plugin's executor (anyswe.executors)."""
 
-    type: Literal["local", "ray"] = "local"
+    type: Annotated[str, AfterValidator(known_executor)] = "local"
     address: str | None = Field(
         default=None,
         description="Ray: the cluster to join (host:port, or 'auto' for the one on this machine); "

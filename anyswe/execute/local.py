@@ -14,18 +14,15 @@ import asyncio
 import dataclasses
 import json
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from anyswe._text import valid_text
-from anyswe.errors import PlanError, ResultsError
-from anyswe.execute import models
+from anyswe.errors import ResultsError
 from anyswe.execute.progress import Progress, make_progress
+from anyswe.execute.runner import make_runner
+from anyswe.execute.session import Session
 from anyswe.execute.unit import TaskOutput, WorkUnit, make_unit
-from anyswe.execute.worker import Worker
-from anyswe.gateway import Gateway
 from anyswe.plan import Plan
 from anyswe.results.export import export_run
 from anyswe.results.schema import Failure
@@ -111,42 +108,30 @@ def _write(store: RunStore, output: TaskOutput) -> None:
 
 
 class _Driver:
-    """One apply: launches units under the concurrency bound, retries infra errors, records outputs."""
+    """One apply: launches units under the concurrency bound, retries infra errors, counts what was recorded;
+    each attempt is the session's (grant, run, settle, record)."""
 
-    def __init__(self, plan: Plan, store: RunStore, worker: Runner, concurrency: int, progress: bool) -> None:
-        self.plan, self.store, self.worker = plan, store, worker
+    def __init__(self, plan: Plan, session: Session, concurrency: int, progress: bool) -> None:
+        if session.store is None:
+            raise ValueError("an apply records into its run directory: the session needs its store")
+        self.plan, self.session, self.store = plan, session, session.store
         self.slots = asyncio.Semaphore(concurrency)
-        # Recording (files, an fsynced row) runs in a thread, one at a time: the event loop keeps
-        # serving the other tasks and the gateway meanwhile, and rows never interleave.
-        self._recording = asyncio.Lock()
         self.progress = progress
         self.resolved = self.errors = 0
         self.kinds: dict[str, int] = {}
         self.permanent = 0
 
-    async def attempt(self, unit: WorkUnit, gateway: Gateway | None) -> TaskOutput:
+    async def attempt(self, unit: WorkUnit) -> TaskOutput:
         async with self.slots:
-            output = await models.attempt(self.worker, gateway, unit, self.store.task_dir(unit.key))
-        # Waiting for the lock and writing are one task that a cancellation cannot interrupt: a
-        # finished task's row is written before the run stops (and before its store closes).
-        writing = asyncio.ensure_future(self._record(output))
-        try:
-            recorded = await asyncio.shield(writing)
-        except asyncio.CancelledError:
-            await writing
-            raise
+            output = await self.session.attempt(unit, self.store.task_dir(unit.key))
         # The summary counts the row as written (one that could not be recorded is an error).
-        return recorded
+        return await self.session.record(output)
 
-    async def _record(self, output: TaskOutput) -> TaskOutput:
-        async with self._recording:
-            return await asyncio.to_thread(record, self.store, output)
-
-    async def one(self, unit: WorkUnit, gateway: Gateway | None, bar: Progress) -> None:
+    async def one(self, unit: WorkUnit, bar: Progress) -> None:
         retry = self.plan.spec.retries
         for n in range(1, retry.max_attempts + 1):
             try:
-                output = await self.attempt(unit, gateway)
+                output = await self.attempt(unit)
             except OSError as exc:  # the run directory itself refuses writes (a full disk): stop the run
                 raise ResultsError(f"cannot write to {self.store.run_dir}: {exc}") from exc
             # A permanent infra error (a missing image, one that is not the instance's) is the same on
@@ -156,20 +141,22 @@ class _Driver:
             # Every attempt keeps its row; the backoff waits outside the concurrency bound.
             await asyncio.sleep(retry.backoff * 2 ** (n - 1))
             unit = dataclasses.replace(unit, attempt=unit.attempt + 1)
-        self.resolved += output.result.resolved
-        if output.result.error_kind is not None:
+        result = output.result
+        self.resolved += result.resolved
+        if result.error_kind is not None:
             self.errors += 1
-            self.kinds[output.result.error_kind] = self.kinds.get(output.result.error_kind, 0) + 1
-            self.permanent += output.result.error_permanent
-        bar.advance(output.result)
+            self.kinds[result.error_kind] = self.kinds.get(result.error_kind, 0) + 1
+            self.permanent += result.error_permanent
+        bar.advance(result)
 
     async def run(self, units: list[WorkUnit]) -> None:
         bar = make_progress(len(units), self.plan.spec.name, enabled=self.progress)
         try:
-            relay_host, port = self.worker.gateway_host, self.plan.spec.executor.gateway_port
-            async with models.run_gateway(units, relay_host, port) as gateway, asyncio.TaskGroup() as group:
+            if any(u.model is not None for u in units):
+                await self.session.start_gateway()  # a port that cannot be had stops the run before any task
+            async with asyncio.TaskGroup() as group:
                 for unit in units:
-                    group.create_task(self.one(unit, gateway, bar))
+                    group.create_task(self.one(unit, bar))
         except BaseExceptionGroup as group_error:
             # Only what stops the whole run gets here (a task's own failure is its row): the first
             # cause, plainly, so callers see a ResultsError rather than a group.
@@ -206,9 +193,9 @@ async def execute(
             {u.provider.type: local_bound for u in units},
             plan.spec.executor.gateway_host,
         )
-        # On Ray the nodes' advertised resources bound what runs at once; the driver only waits.
-        bound = local_bound if kind == "local" else max(1, len(units))
-        driver = _Driver(plan, store, runner, bound, progress)
+        session = Session(runner, run_id=run_id, store=store, gateway_port=plan.spec.executor.gateway_port)
+        bound = local_bound if runner.bounded_by_driver else max(1, len(units))
+        driver = _Driver(plan, session, bound, progress)
         finished = False
         try:
             await runner.check(units)
@@ -216,44 +203,12 @@ async def execute(
             await driver.run(units)
             finished = True
         finally:
-            await asyncio.shield(_finish(runner, run_id))
+            await asyncio.shield(session.close())
             _summarise(store, run_dir, raise_errors=finished)
     done = len(plan.tasks) - len(units)
     return RunSummary(
         run_dir, len(plan.tasks), done, len(units), driver.resolved, driver.errors, driver.kinds, driver.permanent
     )
-
-
-async def _finish(runner: Runner, run_id: str) -> None:
-    try:
-        await runner.sweep(run_id)
-    finally:
-        await runner.close()
-
-
-class Runner(Protocol):
-    """What runs units for the driver: the in-process :class:`Worker`, or the Ray runner."""
-
-    #: Where units that run on other machines reach this machine's model gateway (None: they do not).
-    gateway_host: str | None
-
-    async def check(self, units: Iterable[WorkUnit]) -> None: ...
-    async def run(self, unit: WorkUnit) -> TaskOutput: ...
-    async def collect_orphans(self, task_keys: set[str]) -> list[str]: ...
-    async def sweep(self, run_id: str) -> list[str]: ...
-    async def close(self) -> None: ...
-
-
-def make_runner(
-    kind: str, address: str | None, local_resources: dict[str, float], gateway_host: str | None = None
-) -> Runner:
-    if kind == "local":
-        return Worker()
-    if kind == "ray":
-        from anyswe.execute.ray import RayRunner
-
-        return RayRunner(address, local_resources=local_resources, gateway_host=gateway_host)
-    raise PlanError(f"unknown executor {kind!r}: local or ray")
 
 
 def _summarise(store: RunStore, run_dir: Path, *, raise_errors: bool) -> None:

@@ -1,9 +1,9 @@
-"""The driver's side of model calls: one gateway per run, a token per task, usage into the result.
+"""The driver's side of model calls: a grant per task, its usage settled into the outcome.
 
-The gateway runs in the driver (upstream keys stay in one process); each task that has a model gets
-a grant as it starts — its own token, its trajectory file in the run directory, its budget, and an
-upstream (the scripted model: its script, or the oracle made from the instance's reference patch,
-which only the host holds) — and the grant's usage is folded into the task's result when it ends.
+The gateway runs in the driver (upstream keys stay in one process; execute/session.py starts it).
+Each task that has a model gets a grant as it starts: its own token, its trajectory file in the run
+directory, its budget, and an upstream (the scripted model: its script, or the oracle made from the
+instance's reference patch, which only the host holds); the grant settles the task's usage when it ends.
 """
 
 from __future__ import annotations
@@ -12,13 +12,11 @@ import contextlib
 import dataclasses
 import ipaddress
 import json
-import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from anyswe.agents import ExitReason, agent_class
-from anyswe.errors import AgentError, AnysweError, RuntimeNotAvailable
+from anyswe.errors import AgentError
 from anyswe.execute.unit import TaskOutput, WorkUnit
 from anyswe.gateway import Budget, Gateway, Grant, ScriptedModel
 from anyswe.gateway.relay import join_address
@@ -30,34 +28,6 @@ from anyswe.model import ModelEndpoint, ModelSpec
 from anyswe.results.schema import Failure
 
 TRAJECTORY = "trajectory.jsonl"
-
-
-@contextlib.asynccontextmanager
-async def run_gateway(
-    units: list[WorkUnit], relay_host: str | None = None, port: int = 0
-) -> AsyncIterator[Gateway | None]:
-    """A gateway for the run if any unit has a model (torn down on every path), else None.
-
-    ``relay_host``: units run elsewhere (on Ray) and reach the gateway at this address of this
-    machine (it listens there as well, on ``port`` if given) through relays of their own.
-    """
-    if not any(u.model is not None for u in units):
-        yield None
-        return
-    loopback = relay_host is None or is_loopback(relay_host)
-    hosts = ("127.0.0.1",) if loopback else ("127.0.0.1", str(relay_host))
-    with tempfile.TemporaryDirectory(prefix="anyswe-gw-") as tmp:
-        async with Gateway(socket_dir=Path(tmp)) as gateway:
-            try:
-                await gateway.start(hosts, port=port)
-            except OSError as exc:
-                where = f"{' and '.join(hosts)}, port {port or 'any'}"
-                raise RuntimeNotAvailable(
-                    f"the model gateway cannot listen on {where} (executor.gateway_host/gateway_port): {exc}"
-                ) from None
-            if relay_host is not None:
-                gateway.relay_host = "127.0.0.1" if loopback else relay_host
-            yield gateway
 
 
 def is_loopback(host: str) -> bool:
@@ -150,33 +120,6 @@ async def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tupl
             raise
         endpoint = endpoint.model_copy(update={"socket": str(socket)})
     return dataclasses.replace(unit, endpoint=endpoint), token
-
-
-class Runs(Protocol):
-    """Whatever runs a unit: the in-process Worker, or the Ray runner."""
-
-    async def run(self, unit: WorkUnit) -> TaskOutput: ...
-
-
-async def attempt(runner: Runs, gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> TaskOutput:
-    """One attempt at one task, the same for every caller (the local and Ray driver, a rollout, the
-    server): a grant of the model (its trajectory into ``task_dir``), the unit run, the grant's usage
-    folded in. Never raises for the task's own failure; its grant is revoked on every path."""
-    from anyswe.execute.task import failed_output
-
-    (task_dir / TRAJECTORY).unlink(missing_ok=True)  # an earlier attempt's calls
-    try:
-        unit, token = await grant(gateway, unit, task_dir)
-    except AnysweError as exc:  # e.g. nothing recorded to replay: this task's error only
-        return failed_output(unit, "agent", f"{type(exc).__name__}: {exc}")
-    if gateway is None or token is None:
-        return await runner.run(unit)
-    try:
-        output = await runner.run(unit)
-    except BaseException:
-        gateway.revoke(token)  # a cancelled rollout's token and socket go with it
-        raise
-    return settle(output, gateway.revoke(token), task_dir, unit.model)
 
 
 def settle(output: TaskOutput, used: Grant, task_dir: Path, model: ModelSpec | None = None) -> TaskOutput:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from anyswe.errors import RuntimeNotAvailable
 from anyswe.execute.models import is_loopback
 from anyswe.execute.ray_auth import AUTH_MODE_VAR, choose_auth_mode, probe, probe_target, use_auth_mode
+from anyswe.execute.runner import Runner
 from anyswe.execute.task import failed_output
 from anyswe.execute.worker import Worker, run_unit
 
@@ -44,8 +45,16 @@ def _run_remote(unit: WorkUnit) -> TaskOutput:
     return run_unit(unit)
 
 
-class RayRunner:
-    """Runs units on a Ray cluster; sandbox bookkeeping (orphans, sweep) on this machine's runtimes."""
+class RayRunner(Runner):
+    """The ``ray`` executor: runs units on a Ray cluster; sandbox bookkeeping (orphans, sweep) on this
+    machine's runtimes."""
+
+    #: The nodes' advertised resources bound what runs at once; the driver only waits.
+    bounded_by_driver = False
+
+    @classmethod
+    def create(cls, *, address: str | None, local_resources: dict[str, float], gateway_host: str | None) -> Runner:
+        return cls(address, local_resources=local_resources, gateway_host=gateway_host)
 
     def __init__(
         self,

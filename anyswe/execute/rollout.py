@@ -1,6 +1,6 @@
 """One task as one RL sample: ``anyswe.rollout()`` and :class:`Rollouts`, a session of many.
 
-A rollout runs exactly the path a run's task runs (``models.attempt``: the model's grant, the
+A rollout runs exactly the path a run's task runs (``Session.attempt``: the model's grant, the
 task's phases in a sandbox, grading in a fresh one, the grant's usage folded in, every verdict,
 reward and mask decided by ``execute/decide.py``), without a spec file or a run directory. What a
 trainer needs comes back typed in a :class:`Rollout`; a run directory is written only when asked
@@ -33,11 +33,9 @@ if TYPE_CHECKING:
 
     from anyswe.agents import AgentConfig
     from anyswe.datasets import Dataset, Instance
-    from anyswe.execute.unit import TaskOutput, WorkUnit
-    from anyswe.execute.worker import Worker
-    from anyswe.gateway import Gateway
+    from anyswe.execute.runner import Runner
+    from anyswe.execute.unit import WorkUnit
     from anyswe.model import ModelSpec
-    from anyswe.results.store import RunStore
     from anyswe.sandbox import ProviderConfig
 
 
@@ -57,33 +55,30 @@ class Rollouts:
         address: str | None = None,
         gateway_host: str | None = None,
     ) -> None:
-        from anyswe.execute.local import Runner, make_runner
-        from anyswe.execute.worker import Worker
+        from anyswe.execute.runner import make_runner
+        from anyswe.execute.session import Session
+        from anyswe.sandbox import provider_names
 
         self.run_id = uuid.uuid4().hex[:12]
-        self.worker: Worker = Worker()
-        #: What runs each unit: this worker, or (``executor="ray"``) the Ray cluster at ``address``
+        #: What runs each unit: a worker here, or (``executor="ray"``) the Ray cluster at ``address``
         #: (without one, a Ray started here advertising ``concurrency`` of each provider type), whose
         #: nodes reach this session's gateway at ``gateway_host`` (default: found as `apply` finds it).
-        local = {kind: float(concurrency or os.cpu_count() or 1) for kind in ("docker", "apptainer")}
-        self.runner: Runner = (
-            self.worker if executor == "local" else make_runner(executor, address, local, gateway_host)
-        )
+        local = {kind: float(concurrency or os.cpu_count() or 1) for kind in provider_names()}
+        self.session = Session(make_runner(executor, address, local, gateway_host), run_id=self.run_id)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self._slots = asyncio.Semaphore(concurrency) if concurrency else None
-        self._gateway: Gateway | None = None
-        self._gateway_starting = asyncio.Lock()
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        self._store: RunStore | None = None
-        self._recording = asyncio.Lock()
-        self._checked: set[int] = set()
+        self._checked: set[str] = set()
         self._samples: dict[str, int] = {}
+
+    @property
+    def runner(self) -> Runner:
+        return self.session.runner
 
     async def __aenter__(self) -> Rollouts:
         if self.run_dir is not None:
             from anyswe.results.store import RunStore
 
-            self._store = RunStore(self.run_dir).__enter__()
+            self.session.store = RunStore(self.run_dir).__enter__()
         return self
 
     async def __aexit__(
@@ -94,48 +89,18 @@ class Rollouts:
     async def close(self) -> None:
         """Remove every sandbox this session started and stop its gateway."""
         try:
-            try:
-                await self.runner.sweep(self.run_id)
-            finally:
-                if self.runner is not self.worker:
-                    await self.runner.close()
+            await self.session.close()
         finally:
-            if self._gateway is not None:
-                await self._gateway.close()
-                self._gateway = None
-            if self._tmp is not None:
-                self._tmp.cleanup()
-                self._tmp = None
-            if self._store is not None:
-                self._store.__exit__(None, None, None)
-                self._store = None
-
-    async def _gateway_for(self, unit: WorkUnit) -> Gateway | None:
-        if unit.model is None:
-            return None
-        async with self._gateway_starting:
-            if self._gateway is None:
-                from anyswe.execute.models import is_loopback
-                from anyswe.gateway import Gateway
-
-                # Units on Ray reach it through a relay on their node: at loopback while every node is
-                # this machine, else at this machine's address in the cluster (the runner's check says).
-                relay = None if self.runner is self.worker else self.runner.gateway_host
-                hosts = ("127.0.0.1",) if relay is None or is_loopback(relay) else ("127.0.0.1", relay)
-                self._tmp = tempfile.TemporaryDirectory(prefix="anyswe-gw-")
-                gateway = Gateway(socket_dir=Path(self._tmp.name))
-                await gateway.start(hosts)
-                if relay is not None:
-                    gateway.relay_host = "127.0.0.1" if is_loopback(relay) else relay
-                self._gateway = gateway
-        return self._gateway
+            if self.session.store is not None:
+                self.session.store.__exit__(None, None, None)
+                self.session.store = None
 
     def next_sample(self, instance_id: str) -> int:
         """A sample index of ``instance_id`` not yet used in this session (nor in its run directory):
         repeated rollouts of an instance (Gym's repeats, a server's requests) are samples of their own,
         with their own task keys, rows and trajectories."""
         if instance_id not in self._samples:
-            rows = self._store.results() if self._store is not None else []
+            rows = self.session.store.results() if self.session.store is not None else []
             self._samples[instance_id] = 1 + max((r.sample for r in rows if r.instance_id == instance_id), default=-1)
         sample = self._samples[instance_id]
         self._samples[instance_id] = sample + 1
@@ -189,7 +154,8 @@ class Rollouts:
         (first,) = plan.tasks
         key = task_key(spec, first.cell, plan.instance(first.instance_id), sample, plan.harness_name)
         task = dataclasses.replace(first, sample=sample, key=key)
-        attempt = 1 if self._store is None else self._store.attempts().get(task.key, 0) + 1
+        store = self.session.store
+        attempt = 1 if store is None else store.attempts().get(task.key, 0) + 1
         return make_unit(plan, task, run_id=self.run_id, attempt=attempt)
 
     async def rollout(self, instance: Instance | Mapping[str, Any] | str, **blocks: Any) -> Rollout:
@@ -215,24 +181,23 @@ class Rollouts:
         return [r.model_copy(update={"result": res}) for r, res in zip(rollouts, results, strict=True)]
 
     async def run(self, unit: WorkUnit) -> Rollout:
-        """Run ``unit`` through the run's own path (``models.attempt``) and read back its trajectory."""
-        from anyswe.execute import models
+        """Run ``unit`` through the run's own path (the session's attempt) and read back its trajectory."""
+        from anyswe.execute.models import TRAJECTORY
         from anyswe.gateway.trajectory import read_trajectory
         from anyswe.results.schema import Failure
 
-        provider = self.worker.provider(unit)
-        if id(provider) not in self._checked:  # a runtime (or a cluster) that answered once is not asked again
+        runtime = unit.provider.model_dump_json()
+        if runtime not in self._checked:  # a runtime (or a cluster) that answered once is not asked again
             await self.runner.check([unit])
-            self._checked.add(id(provider))
-        gateway = await self._gateway_for(unit)
-        scratch = None
-        if self._store is not None:
-            task_dir = self._store.task_dir(unit.key)
+            self._checked.add(runtime)
+        store, scratch = self.session.store, None
+        if store is not None:
+            task_dir = store.task_dir(unit.key)
         else:
             task_dir = scratch = Path(tempfile.mkdtemp(prefix="anyswe-rollout-"))
         try:
-            output = await models.attempt(self.runner, gateway, unit, task_dir)
-            trajectory_file = task_dir / models.TRAJECTORY
+            output = await self.session.attempt(unit, task_dir)
+            trajectory_file = task_dir / TRAJECTORY
             if output.result.trajectory_path:  # kept apart under the attempt's own name on an infra error
                 trajectory_file = task_dir / Path(output.result.trajectory_path).name
             lost: list[str] = []  # each line (or the file) that cannot be read: file:line: why
@@ -244,19 +209,11 @@ class Rollouts:
                 # the gateway's own failure to record (models.settle's ``unrecorded``), never the agent's.
                 error = f"the trajectory could not be read whole: {'; '.join(lost[:3])}"
                 output = output.failed(Failure(kind="infra", source="trajectory", message=error))
-            if self._store is not None:
-                output = await self._record(output)
+            output = await self.session.record(output)
         finally:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
         return Rollout.of(output, steps, self.run_dir, lost)
-
-    async def _record(self, output: TaskOutput) -> TaskOutput:
-        from anyswe.execute.local import record
-
-        assert self._store is not None
-        async with self._recording:
-            return await asyncio.to_thread(record, self._store, output)
 
 
 async def rollout_async(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from anyswe.agents import agent_class
 from anyswe.config import cache_dir
 from anyswe.errors import RuntimeNotAvailable, SandboxError
+from anyswe.execute.runner import Runner
 from anyswe.execute.seal import SealedImages
 from anyswe.images.resolve import ImageResolver
 from anyswe.sandbox import provider_class
@@ -25,8 +26,9 @@ if TYPE_CHECKING:
     from anyswe.sandbox import SandboxProvider
 
 
-class Worker:
-    """Builds and caches what units need: providers, agents, images."""
+class Worker(Runner):
+    """The ``local`` executor: builds and caches what units need (providers, agents, images) and runs them
+    in this process."""
 
     #: Units run here, next to the gateway: no relay.
     gateway_host: str | None = None

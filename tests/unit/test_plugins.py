@@ -32,6 +32,23 @@ class Tiny(Benchmark):
         return [{"instance_id": "t__one-1", "repo": "t/one", "base_commit": "abc", "test_patch": "",
                  "FAIL_TO_PASS": ["test_a.py::test_a"]}]
 
+from anyswe.execute.runner import Runner
+
+class Elsewhere(Runner):
+    bounded_by_driver = False
+
+    @classmethod
+    def create(cls, *, address, local_resources, gateway_host):
+        made = cls()
+        made.address = address
+        return made
+
+    async def check(self, units): ...
+    async def run(self, unit): raise NotImplementedError
+    async def collect_orphans(self, task_keys): return []
+    async def sweep(self, run_id): return []
+    async def close(self): ...
+
 class Misnamed(Tiny):
     name: ClassVar[str] = "something-else"
     aliases: ClassVar[tuple[str, ...]] = ()
@@ -42,6 +59,9 @@ ENTRY_POINTS = """
 quiet = fakeplug:Quiet
 gold = fakeplug:Quiet
 broken = fakeplug:NotThere
+
+[anyswe.executors]
+elsewhere = fakeplug:Elsewhere
 
 [anyswe.benchmarks]
 tiny-bench = fakeplug:Tiny
@@ -118,3 +138,24 @@ def test_a_plugin_that_does_not_load_breaks_no_other_name(installed: Path) -> No
 def test_a_benchmark_registered_under_a_name_it_does_not_answer_to_is_refused(installed: Path) -> None:
     with pytest.raises(DatasetError, match="registered as Misnamed"):
         registry.route("misnamed")
+
+
+def test_a_plugin_executor_is_chosen_by_name_and_an_unknown_one_is_refused_at_load(
+    installed: Path, tmp_path: Path
+) -> None:
+    from anyswe.execute.runner import EXECUTORS, make_runner
+    from anyswe.spec import load_spec
+
+    EXECUTORS.refresh()
+    runner = make_runner("elsewhere", "cluster:1")
+    assert type(runner).__name__ == "Elsewhere" and runner.address == "cluster:1"  # type: ignore[attr-defined]
+    assert not runner.bounded_by_driver
+    spec = tmp_path / "s.yaml"
+    body = "name: s\ndataset: {name: demo}\nagents: {g: {type: gold}}\nproviders: {d: {type: docker}}\n"
+    spec.write_text(body + "executor: {type: elsewhere}\n")
+    assert load_spec(spec).executor.type == "elsewhere"
+    spec.write_text(body + "executor: {type: nowhere}\n")
+    wrong = r"s.yaml:5:\d+: executor.type: .*unknown executor .nowhere.; known: local, ray"
+    with pytest.raises(SpecError, match=wrong):
+        load_spec(spec)
+    EXECUTORS.refresh()

@@ -17,6 +17,7 @@ import pytest
 from anyswe.errors import ImageNotFound, InfraError, SandboxLost, WrongImage
 from anyswe.execute.local import _Driver
 from anyswe.execute.progress import make_progress
+from anyswe.execute.session import Session
 from anyswe.execute.task import failed_output
 from anyswe.execute.unit import TaskOutput, WorkUnit, make_unit
 from anyswe.plan import make_plan
@@ -67,9 +68,9 @@ def test_only_transient_infra_errors_are_retried_within_the_apply(tmp_path: Path
     plan = make_plan(load_spec(spec))
     runner = Failing(error)
     with RunStore(tmp_path / "run") as store:
-        driver = _Driver(plan, store, runner, concurrency=1, progress=False)
+        driver = _Driver(plan, Session(runner, run_id="r", store=store), concurrency=1, progress=False)
         unit = make_unit(plan, plan.tasks[0], run_id="r", attempt=1)
-        asyncio.run(driver.one(unit, None, make_progress(1, "r", enabled=False)))
+        asyncio.run(driver.one(unit, make_progress(1, "r", enabled=False)))
         rows = store.results()
     assert runner.runs == runs and [r.attempt for r in rows] == list(range(1, runs + 1))
     assert all(r.error_permanent is error.permanent and r.mask_sample for r in rows)

@@ -139,7 +139,8 @@ def test_a_real_model_gets_an_http_upstream_and_the_key_stays_in_the_driver(
 ) -> None:
     import asyncio
 
-    from anyswe.execute.models import grant, run_gateway
+    from anyswe.execute.models import grant
+    from anyswe.execute.session import serving_gateway
     from anyswe.gateway.upstream import HttpUpstream
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-never-in-a-unit")
@@ -150,7 +151,7 @@ def test_a_real_model_gets_an_http_upstream_and_the_key_stays_in_the_driver(
     units = [make_unit(plan, t, run_id="r", attempt=1) for t in plan.tasks]
 
     async def granted() -> tuple[str, object, str]:
-        async with run_gateway(units) as gateway:
+        async with serving_gateway() as gateway:
             assert gateway is not None
             unit, token = await grant(gateway, units[0], tmp_path / "task")
             assert unit.endpoint is not None and token is not None and unit.endpoint.socket is not None
@@ -172,7 +173,8 @@ def test_units_that_run_elsewhere_get_only_the_gateways_relay_address(tmp_path: 
     import asyncio
     import urllib.request
 
-    from anyswe.execute.models import grant, run_gateway
+    from anyswe.execute.models import grant
+    from anyswe.execute.session import serving_gateway
 
     text = SPEC.replace("gold: {type: gold}", "mini: {type: mini-swe-agent}")
     text += "models:\n  s: {api: scripted}\n"
@@ -180,7 +182,7 @@ def test_units_that_run_elsewhere_get_only_the_gateways_relay_address(tmp_path: 
     units = [make_unit(plan, t, run_id="r", attempt=1) for t in plan.tasks]
 
     async def granted(relay_host: str | None) -> tuple[object, int]:
-        async with run_gateway(units, relay_host) as gateway:
+        async with serving_gateway(relay_host) as gateway:
             assert gateway is not None
             unit, _ = await grant(gateway, units[0], tmp_path / "task")
             endpoint = unit.endpoint
@@ -209,7 +211,7 @@ def test_units_that_run_elsewhere_get_only_the_gateways_relay_address(tmp_path: 
         port = taken.getsockname()[1]
 
         async def on_port() -> str:
-            async with run_gateway(units, "127.0.0.1", port) as gateway:
+            async with serving_gateway("127.0.0.1", port) as gateway:
                 assert gateway is not None
                 return str((await grant(gateway, units[0], tmp_path / "task"))[0].endpoint.relay)  # type: ignore[union-attr]
 
