@@ -17,7 +17,6 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from anyswe._text import valid_text
 from anyswe.errors import ResultsError
 from anyswe.execute.progress import Progress, make_progress
 from anyswe.execute.runner import make_runner
@@ -25,7 +24,6 @@ from anyswe.execute.session import Session
 from anyswe.execute.unit import TaskOutput, WorkUnit, make_unit
 from anyswe.plan import Plan
 from anyswe.results.export import export_run
-from anyswe.results.schema import Failure
 from anyswe.results.store import RunStore
 
 
@@ -66,45 +64,6 @@ def pending_units(plan: Plan, store: RunStore, run_id: str) -> list[WorkUnit]:
     return [
         make_unit(plan, t, run_id=run_id, attempt=attempts.get(t.key, 0) + 1) for t in plan.tasks if t.key not in done
     ]
-
-
-#: The task's patch as graded (execute/task.py writes it).
-PATCH_FILE = "patch.diff"
-
-
-def record(store: RunStore, output: TaskOutput) -> TaskOutput:
-    """Write a task's artefacts, then its result row (a row always has its files beside it); the output as
-    recorded.
-
-    What one task produced cannot stop the run: text UTF-8 cannot hold (a surrogate code point, from
-    JSON an agent or a model wrote) is written with U+FFFD in its place, in the files and in the row,
-    but for the patch, which was graded as it is. If its artefacts or row still cannot be written (such
-    a patch, a full disk), the recorder's failure is appended (an internal error, retried next apply:
-    unresolved, reward 0, no patch, since its verdict has no files beside it) and that row is written.
-    """
-    try:
-        _write(store, output)
-    except (OSError, UnicodeError, ValueError) as exc:
-        failure = f"recording the task's results failed: {type(exc).__name__}: {exc}"
-        failed = output.failed(Failure(kind="internal", source="recorder", message=failure))
-        store.append(failed.result)
-        return failed
-    return output
-
-
-def _write(store: RunStore, output: TaskOutput) -> None:
-    out_dir = store.task_dir(output.result.key)
-    # A retried task's folder must not keep the earlier attempt's error.
-    (out_dir / "error.txt").unlink(missing_ok=True)
-    for name, text in output.artifacts.items():
-        try:
-            data = text.encode()
-        except UnicodeEncodeError:  # a surrogate code point (from JSON the agent printed): U+FFFD
-            if name == PATCH_FILE:  # but the patch is what was graded: never another
-                raise
-            data = valid_text(text).encode()
-        (out_dir / name).write_bytes(data)
-    store.append(output.result)
 
 
 class _Driver:

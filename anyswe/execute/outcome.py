@@ -22,7 +22,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from anyswe.agents.base import ExitReason
+from anyswe.agents.base import AgentUsage, ExitReason
 from anyswe.execute.decide import UNTRUSTED, Facts, decide
 from anyswe.results.schema import ExitBy, Failure, TaskResult
 
@@ -40,18 +40,11 @@ class Exit:
     detail: str | None = None
 
 
-@dataclass(frozen=True)
-class Usage:
-    """What the attempt's model calls cost and how they were made: the agent's own report until the grant
-    (the gateway counted every call) settles it."""
+@dataclass
+class Usage(AgentUsage):
+    """What the attempt's model calls cost (the agent's own report until the grant, which counted every call,
+    settles it) and how they were made."""
 
-    model_calls: int = 0
-    turns: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    cost_usd: float | None = None
     model_params: str | None = None
     token_prefix_chain: bool | None = None
     mask_off_policy: bool = False

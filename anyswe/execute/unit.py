@@ -9,6 +9,7 @@ directory. A unit holds no secret: a model's key stays in the environment variab
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -58,9 +59,9 @@ class TaskOutput:
     outcome: Outcome
     artifacts: dict[str, str] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def result(self) -> TaskResult:
-        """The results row of the outcome as it stands."""
+        """The results row of the outcome (written once per output: the outcome does not change)."""
         return self.outcome.row()
 
     def failed(self, failure: Failure) -> TaskOutput:

@@ -122,8 +122,8 @@ def test_polars_schema_comes_from_the_model() -> None:
 
 def test_a_task_whose_output_cannot_be_written_is_recorded_as_its_own_error(tmp_path: Path) -> None:
     """A lone surrogate in a patch (a replayed prediction, say) must not abort the run or lose the task."""
-    from anyswe.execute.local import record
     from anyswe.execute.outcome import Outcome
+    from anyswe.execute.session import record
     from anyswe.execute.unit import TaskOutput
 
     bad = result("a", model_patch="diff \ud800", tests_resolved=True, resolved=True, reward=1.0)
@@ -144,8 +144,8 @@ def test_a_surrogate_in_reported_text_is_replaced_and_the_sample_kept(tmp_path: 
     """Issue 31, item 4: an error message or a log holding a surrogate code point (JSON an agent or a
     model wrote can say one) is written with U+FFFD in its place, not lost as an internal error; the
     row the caller gets back is the row written, and it makes a table."""
-    from anyswe.execute.local import record
     from anyswe.execute.outcome import Exit, Outcome
+    from anyswe.execute.session import record
     from anyswe.execute.unit import TaskOutput
 
     said = result("a", flags=["x\udfff"], tests_resolved=True, resolved=True, reward=1.0)
