@@ -76,9 +76,8 @@ def gc(
     Sandboxes of a still-running anyswe process are kept unless --all is given; sandboxes whose owner
     cannot be told are listed and kept unless --force is given.
     """
-    from anyswe.images.build import collect_interrupted_builds
+    from anyswe.sandbox import collect_files
     from anyswe.sandbox import gc as sandbox_gc
-    from anyswe.sandbox.labels import collect_scratch
 
     found = asyncio.run(sandbox_gc(session=session, include_live=all_, force=force))
     total = 0
@@ -89,7 +88,7 @@ def gc(
             typer.secho(f"kept {provider} {name}: its owner cannot be told (--force removes it)", err=True)
         total += len(collected.removed)
     typer.echo(f"{total} leftover sandbox(es) removed")
-    files = collect_interrupted_builds() + collect_scratch()
+    files = collect_files()
     for path in files:
         typer.echo(f"removed {path}")
     typer.echo(f"{len(files)} leftover file tree(s) removed")

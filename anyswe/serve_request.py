@@ -27,6 +27,12 @@ ROLLOUT_PREFIX = "ng-rollout"
 ROLLOUT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
+def _default_provider() -> str:
+    from anyswe.sandbox import default_provider
+
+    return default_provider()
+
+
 class ServeConfig(BaseModel):
     """What the server may run: ``anyswe serve``'s options.
 
@@ -41,7 +47,7 @@ class ServeConfig(BaseModel):
 
     agent: dict[str, Any] = Field(default_factory=lambda: {"type": "mini-swe-agent"})
     agents: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    provider: dict[str, Any] | str = "docker"
+    provider: dict[str, Any] | str = Field(default_factory=lambda: _default_provider())
     providers: dict[str, dict[str, Any] | str] = Field(default_factory=dict)
     #: The model block; its ``base_url`` is the policy model server's root (the rollout prefix and
     #: /v1 are added per request). ``api: scripted`` serves the oracle (tests, no model).

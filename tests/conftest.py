@@ -177,7 +177,7 @@ def repo_mirror(shared_swebench: Path) -> Path:
 def sif_image(docker_image: str) -> str:
     if not _works(["apptainer", "--version"]):
         _unavailable("apptainer is not installed")
-    from anyswe.images import ensure_sif
+    from anyswe.sandbox.sif import ensure_sif
 
     return str(asyncio.run(ensure_sif(docker_image)))
 

@@ -70,7 +70,7 @@ async def grade_in_sandbox(
 async def grade_async(
     instance: Instance | Mapping[str, Any] | str,
     patch: str,
-    provider: str | ProviderConfig | SandboxProvider[Any] = "docker",
+    provider: str | ProviderConfig | SandboxProvider[Any] | None = None,
     *,
     dataset: str | Dataset | None = None,
     harness: str | None = None,
@@ -84,13 +84,16 @@ async def grade_async(
     ``dataset``. ``dataset`` (a name or a loaded one) gives the harness and where the images come
     from; without it a row is graded by the harness it routes to, in swebench's official image when
     swebench knows its repository. ``provider``: a type name (``docker``, ``apptainer``), a provider
-    config, or a provider (whose concurrency bound is then shared). ``harness`` and ``image`` (a
-    docker reference template) override the dataset's. The verdict names the image and its digests.
+    config, or a provider (whose concurrency bound is then shared); None: the reference backend.
+    ``harness`` and ``image`` (an image reference template) override the dataset's. The verdict names
+    the image and its digests.
     An infrastructure failure raises :class:`~anyswe.errors.InfraError`, as in a run (where it is masked).
     """
     from anyswe.grading import get_harness, harness_for
     from anyswe.images.resolve import ImageResolver, ImageSource
-    from anyswe.sandbox import SandboxProvider, get_provider
+    from anyswe.sandbox import SandboxProvider, default_provider, get_provider
+
+    provider = default_provider() if provider is None else provider
 
     ds, row = dataset_and_instance(instance, dataset)
     if isinstance(provider, SandboxProvider):
@@ -115,7 +118,7 @@ async def grade_async(
 def grade(
     instance: Instance | Mapping[str, Any] | str,
     patch: str,
-    provider: str | ProviderConfig | SandboxProvider[Any] = "docker",
+    provider: str | ProviderConfig | SandboxProvider[Any] | None = None,
     **options: Any,
 ) -> Verdict:
     """:func:`grade_async` from synchronous code (a script, or a Jupyter cell whose loop is running)."""

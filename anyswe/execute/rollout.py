@@ -112,7 +112,7 @@ class Rollouts:
         *,
         agent: AgentConfig | Mapping[str, Any],
         model: ModelSpec | Mapping[str, Any] | None = None,
-        provider: ProviderConfig | Mapping[str, Any] | str = "docker",
+        provider: ProviderConfig | Mapping[str, Any] | str | None = None,
         dataset: str | Dataset | None = None,
         harness: str | None = None,
         timeouts: Mapping[str, float] | None = None,
@@ -124,11 +124,12 @@ class Rollouts:
         from anyswe.execute.grade import dataset_and_instance
         from anyswe.execute.unit import make_unit
         from anyswe.plan import make_plan, task_key
+        from anyswe.sandbox import default_provider
         from anyswe.spec import Spec, agent_config_class, provider_config_class
 
         ds, row = dataset_and_instance(instance, dataset, "rollout")
-        if isinstance(provider, str):
-            provider = {"type": provider}
+        if provider is None or isinstance(provider, str):  # None: the reference backend
+            provider = {"type": provider or default_provider()}
         agent_cfg = config_block(agent, agent_config_class, "agent")
         provider_cfg = config_block(provider, provider_config_class, "provider")
         model_spec = model_block(model)

@@ -1,5 +1,2 @@
-"""Images: local docker builds and SIF conversion, cached by content; nothing is pulled."""
-
-from anyswe.images.build import build_docker_image, ensure_sif, image_id
-
-__all__ = ["build_docker_image", "ensure_sif", "image_id"]
+"""Task images: which image a task runs (resolve.py) and the benchmarks' own environment builds
+(swebench's chain, the demo's), made in the local image store (sandbox/store.py); nothing is pulled."""

@@ -39,12 +39,11 @@ def demo_build_context(instance_id: str, base_image: str) -> tuple[Path, str]:
     """
     from anyswe.datasets import demo
     from anyswe.grading import swebench as sb
+    from anyswe.grading.swebench_harness import own_spec
 
     instance, out = demo.swebench_instance(instance_id)
-    spec = dict((instance.model_extra or {}).get("swebench_spec") or {})
-    sb.register_custom_repo(instance.repo, instance.version, **spec)
     name = instance.repo.rsplit("/", 1)[-1]
-    setup_repo = sb.repo_script(instance, clone_from=f"/src/{name}")
+    setup_repo = sb.repo_script(instance, clone_from=f"/src/{name}", repo=own_spec(instance))
     dockerfile = _DEMO_DOCKERFILE.format(base_image=base_image, name=name)
     tag_hash = hashlib.sha256("\0".join([out.name, dockerfile, setup_repo, activate_script(), _DEMO_PYTEST]).encode())
     tag_hash_hex = tag_hash.hexdigest()[:12]

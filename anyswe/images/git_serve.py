@@ -1,4 +1,4 @@
-"""A bare git repository served read-only over ``git://`` on docker's default bridge, for a while.
+"""A bare git repository served read-only over ``git://`` on the image store's build network, for a while.
 
 A ``docker build`` step (the classic builder, no ``RUN --mount``) can clone from it as swebench's
 builds clone from GitHub, so no copy of the repository is added to any layer of the image. The
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import os
 import shutil
 import signal
@@ -21,28 +20,9 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from anyswe import _proc
 from anyswe.config import cache_dir
 from anyswe.errors import ImageBuildError
-
-
-async def _bridge_gateway() -> str:
-    """The host's address on docker's default bridge: where a build step's container reaches the host."""
-    r = await _proc.run(
-        ["docker", "network", "inspect", "bridge", "--format", "{{range .IPAM.Config}}{{.Gateway}} {{.Subnet}}{{end}}"],
-        timeout=60,
-    )
-    words = r.stdout.decode().split()
-    if r.exit_code != 0 or not words:
-        raise ImageBuildError(
-            "docker's default bridge network has no address: the repository is cloned in the build over it "
-            f"({r.stderr.decode(errors='replace').strip()[-300:]})"
-        )
-    for word in words:
-        if "/" not in word:
-            return word
-    # Older engines leave Gateway out: the bridge takes the subnet's first address.
-    return str(next(ipaddress.ip_network(words[0]).hosts()))
+from anyswe.sandbox.store import build_network_address
 
 
 def _free_port(host: str) -> int:
@@ -64,9 +44,9 @@ def _writable_copy(mirror: Path, dest: Path) -> None:
 
 @contextlib.asynccontextmanager
 async def serve_mirror(mirror: Path) -> AsyncIterator[str]:
-    """A copy of the bare repository ``mirror`` served read-only by ``git daemon`` on docker's bridge;
+    """A copy of the bare repository ``mirror`` served read-only by ``git daemon`` on the build network;
     yields its ``git://`` URL (in place of swebench's GitHub URL), stops the daemon afterwards."""
-    host = await _bridge_gateway()
+    host = await build_network_address()
     root = cache_dir() / "swebench-build"
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root, prefix="mirror-") as tmp:

@@ -1,9 +1,10 @@
-"""Which image a task runs: a docker reference (a template, or a local build), then what the provider makes of it.
+"""Which image a task runs: a reference in the local image store (a template, or a local build), then
+what the provider makes of it.
 
-The driver decides where an instance's docker reference comes from (:class:`ImageSource`, part of
-the unit of work); the node that runs the task resolves it and asks its provider for the runnable
-image (docker: the reference itself; apptainer: a cached SIF, or the spec's SIF template). Each
-artefact is made once per worker even when many tasks ask at once.
+The driver decides where an instance's image comes from (:class:`ImageSource`, part of the unit of
+work); the node that runs the task resolves it and asks its provider for the runnable image (the
+stored reference itself, or an artefact of the provider's own, made from it). Each artefact is
+made once per worker even when many tasks ask at once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from anyswe.config import base_image
 from anyswe.datasets import format_image, image_builder, image_fields
 from anyswe.errors import DatasetError
-from anyswe.images.build import build_docker_image
+from anyswe.sandbox.store import build_image
 
 if TYPE_CHECKING:
     from anyswe.datasets import Dataset, Instance
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ImageSource:
-    """Where an instance's docker image comes from: a reference template, or a dataset's own build."""
+    """Where an instance's image comes from: a reference template, or a dataset's own build."""
 
     template: str | None = None
     #: A dataset (by name) that builds its task images locally.
@@ -43,7 +44,7 @@ class ImageSource:
 
 
 class ImageResolver:
-    """Per worker: memoised docker builds and runnable images (one build per artefact at a time)."""
+    """Per worker: memoised image builds and runnable images (one build per artefact at a time)."""
 
     def __init__(self) -> None:
         self._futures: dict[tuple[str, ...], asyncio.Future[str]] = {}
@@ -57,7 +58,7 @@ class ImageResolver:
         # shield: one waiter being cancelled must not cancel the build the others wait for.
         return await asyncio.shield(fut)
 
-    async def docker_image(self, source: ImageSource, instance: Instance) -> str:
+    async def stored_image(self, source: ImageSource, instance: Instance) -> str:
         if source.template is not None:
             return format_image(source.template, instance)
         if source.build_dataset is not None:
@@ -65,9 +66,9 @@ class ImageResolver:
 
             async def make() -> str:
                 dockerfile, tag = build(instance.instance_id, base_image())
-                return await build_docker_image(dockerfile, tag)
+                return await build_image(dockerfile, tag)
 
-            return await self._memo(("docker", source.build_dataset, instance.instance_id), make)
+            return await self._memo(("stored", source.build_dataset, instance.instance_id), make)
         raise DatasetError(f"no image for {instance.instance_id}: set the provider's `image` template")
 
     async def provenance(self, provider: SandboxProvider[Any], image: str) -> Provenance:
@@ -91,8 +92,8 @@ class ImageResolver:
     async def image_for(self, provider: SandboxProvider[Any], source: ImageSource, instance: Instance) -> str:
         """What ``provider`` runs for ``instance``."""
 
-        async def docker() -> str:
-            return await self.docker_image(source, instance)
+        async def stored() -> str:
+            return await self.stored_image(source, instance)
 
         key = (provider.name, repr(provider.config.model_dump(mode="json")), repr(source), instance.instance_id)
-        return await self._memo(key, lambda: provider.runnable_image(docker, image_fields(instance)))
+        return await self._memo(key, lambda: provider.runnable_image(stored, image_fields(instance)))

@@ -50,9 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from anyswe import _proc
 from anyswe.config import cache_dir
 from anyswe.errors import ImageBuildError
+from anyswe.sandbox.store import build_image, image_present, remove_image, run_in_image
 
 if TYPE_CHECKING:
     from anyswe.datasets.instance import Instance
@@ -221,16 +221,9 @@ def _log_path(tag: str) -> Path:
 # -- building --------------------------------------------------------------------------------------
 
 
-async def _exists(tag: str) -> bool:
-    r = await _proc.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], timeout=60)
-    return r.exit_code == 0 and not r.timed_out
-
-
 async def _build(kind: str, tag: str, files: dict[str, str], dockerfile: str) -> Step:
-    from anyswe.images.build import build_docker_image
-
     step = Step(kind, tag)
-    if await _exists(tag):
+    if await image_present(tag):
         return step
     root = cache_dir() / "swebench-build"
     root.mkdir(parents=True, exist_ok=True)
@@ -242,7 +235,7 @@ async def _build(kind: str, tag: str, files: dict[str, str], dockerfile: str) ->
             (context / name).write_text(text)
         (context / "Dockerfile").write_text(dockerfile.format(**fields))
         try:
-            await build_docker_image(context / "Dockerfile", tag, log=_log_path(tag), timeout=BUILD_TIMEOUT)
+            await build_image(context / "Dockerfile", tag, log=_log_path(tag), timeout=BUILD_TIMEOUT)
         except ImageBuildError as exc:
             raise ImageBuildError(f"{exc}\n(the whole {kind} build's output: {_log_path(tag)})") from None
     step.built, step.seconds = True, time.monotonic() - t0
@@ -252,7 +245,7 @@ async def _build(kind: str, tag: str, files: dict[str, str], dockerfile: str) ->
 async def build_base_image(debian: str) -> Step:
     """The base image for a Debian release (``anyswe/base:<debian>`` must exist)."""
     debian_image = f"anyswe/base:{debian}"
-    if not await _exists(debian_image):
+    if not await image_present(debian_image):
         raise ImageBuildError(
             f"{debian_image} is not present: build it with `bash scripts/provision.sh "
             f"{'image' if debian == 'bookworm' else 'image-' + debian}`"
@@ -285,7 +278,7 @@ async def build_instance_image(instance: Instance, repo_mirror: Path, *, verify:
     mirror = find_mirror(repo_mirror, instance.repo)  # named even when the images are all there
     chain.steps.extend(await build_env_image(instance))
     env = chain.steps[-1].tag
-    if await _exists(tag):
+    if await image_present(tag):
         chain.steps.append(Step("instance", tag))
         return chain
     t0 = time.monotonic()
@@ -302,7 +295,7 @@ async def build_instance_image(instance: Instance, repo_mirror: Path, *, verify:
         try:
             await check_instance_image(tag, instance)
         except ImageBuildError:
-            await _proc.run(["docker", "image", "rm", "--force", tag], timeout=120)
+            await remove_image(tag)
             raise
     return chain
 
@@ -325,9 +318,7 @@ async def image_facts(tag: str, base_commit: str) -> dict[str, str | list[str]]:
     """What ``/testbed`` in ``tag`` holds: HEAD, its parent and subject, the commits not in the base
     commit's history (``after_base``), the files the setup commit changed, the refs but tags."""
     script = _FACTS.format(base=base_commit)
-    r = await _proc.run(
-        ["docker", "run", "--rm", "--network", "none", "--entrypoint", "/bin/bash", tag, "-c", script], timeout=300
-    )
+    r = await run_in_image(tag, script, timeout=300)
     if r.exit_code != 0 or r.timed_out:
         raise ImageBuildError(
             f"could not read /testbed in {tag} (exit {r.exit_code}): {r.stderr.decode(errors='replace')[-800:]}"

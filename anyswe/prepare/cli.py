@@ -74,15 +74,18 @@ def prepare_dataset_cmd(
         typer.echo(f"images: {len(prepared.images)} (e.g. {first[0]} -> {first[1]})")
 
 
+_SOURCE_HELP = "Provider artefacts (SIFs) from: auto (the image store if it answers), registry, or daemon (the store)."
+
+
 @prepare_app.command("images")
 def prepare_images_cmd(
     spec: Annotated[Path, typer.Argument(help="Experiment spec (YAML).")],
     set_: SetOpt = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Docker pulls/builds at once.")] = 4,
-    sif_jobs: Annotated[int, typer.Option("--sif-jobs", min=1, help="SIF builds at once.")] = 2,
-    sif_source: Annotated[
-        str, typer.Option("--sif-source", help="auto (the daemon when docker answers), registry or daemon.")
-    ] = "auto",
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Image pulls/builds at once.")] = 4,
+    artefact_jobs: Annotated[
+        int, typer.Option("--artefact-jobs", "--sif-jobs", min=1, help="Provider artefacts (SIFs) made at once.")
+    ] = 2,
+    artefact_source: Annotated[str, typer.Option("--artefact-source", "--sif-source", help=_SOURCE_HELP)] = "auto",
     disk_budget: Annotated[
         str | None, typer.Option("--disk-budget", help="Use at most this much of each filesystem (e.g. 200G).")
     ] = None,
@@ -95,14 +98,14 @@ def prepare_images_cmd(
         Path | None, typer.Option("--repo-mirror", help="With --build: bare repos (<name>.git) to clone from.")
     ] = None,
 ) -> None:
-    """Pull (or build) every docker image the spec needs and build its SIFs, in parallel; resumable."""
+    """Pull (or build) every image the spec needs and make its providers' artefacts (SIFs), in parallel; resumable."""
     from anyswe._sync import run_sync
     from anyswe.plan import make_plan
     from anyswe.prepare.images import prepare_images_async
     from anyswe.spec import load_spec
 
-    if sif_source not in ("auto", "registry", "daemon"):
-        fail(AnysweError(f"--sif-source must be auto, registry or daemon, not {sif_source!r}"))
+    if artefact_source not in ("auto", "registry", "daemon"):
+        fail(AnysweError(f"--artefact-source must be auto, registry or daemon, not {artefact_source!r}"))
     budget = _size(disk_budget) if disk_budget else None
     if (repo_mirror is not None) != build:
         fail(AnysweError("--build needs --repo-mirror DIR (the bare repositories to clone), and only it does"))
@@ -112,8 +115,8 @@ def prepare_images_cmd(
             prepare_images_async(
                 plan_,
                 jobs=jobs,
-                sif_jobs=sif_jobs,
-                sif_source=sif_source,  # type: ignore[arg-type]
+                artefact_jobs=artefact_jobs,
+                artefact_source=artefact_source,  # type: ignore[arg-type]
                 disk_budget=budget,
                 retries=retries,
                 dry_run=dry_run,

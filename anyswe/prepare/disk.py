@@ -1,9 +1,9 @@
 """How much disk ``anyswe prepare images`` will need, per filesystem, checked before anything is made.
 
-Sizes come from the local daemon (an image already pulled), else from the registry manifest (the
-compressed layers, unpacked by a measured factor); a SIF is a measured fraction of the unpacked
-image, and its build needs the unpacked image (and the download or archive) in a temporary
-directory while it runs. What exists already needs nothing.
+Sizes come from the local image store (an image already pulled), else from the registry manifest
+(the compressed layers, unpacked by a measured factor); a provider's own artefact says what it needs
+and where from the image's size (its kind's ``estimate`` and ``places``). What exists already needs
+nothing.
 """
 
 from __future__ import annotations
@@ -13,44 +13,26 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from anyswe import _proc
-from anyswe.config import cache_dir
 from anyswe.errors import InsufficientDisk
 from anyswe.prepare.registry import remote_image
+from anyswe.sandbox.store import image_size, store_root
 
 if TYPE_CHECKING:
-    from anyswe.prepare.images import ImageJob
+    from anyswe.sandbox.artefacts import ImageJob
 
 # Measured on this machine over anyswe's own images (docs/verified.md): a layer unpacks to about
-# 2.3x its compressed size, and a SIF (squashfs, gzip level 1) is about 0.45x the unpacked image.
+# 2.3x its compressed size.
 EXPANSION = 2.5
-SIF_FRACTION = 0.5
 #: A dataset's own image build adds a few small layers on a local base.
 BUILD_BYTES = 64 * 2**20
-#: When neither the registry nor the daemon can tell an image's size (assumed, and reported).
+#: When neither the registry nor the store can tell an image's size (assumed, and reported).
 ASSUMED_COMPRESSED = 2 * 2**30
-# ------------------------------------------------------------------------------------------
 
 
-async def _docker_root() -> Path:
-    r = await _proc.run(["docker", "info", "--format", "{{.DockerRootDir}}"], timeout=60)
-    return Path(r.stdout.decode().strip() or "/var/lib/docker")
-
-
-async def _local_size(ref: str) -> int | None:
-    r = await _proc.run(["docker", "image", "inspect", "--format", "{{.Size}}", ref], timeout=60)
-    return int(r.stdout.decode().strip()) if r.exit_code == 0 and r.stdout.strip() else None
-
-
-def sif_present(sif: Path) -> bool:
-    """A SIF counts as built when it exists under its final name (only a checked build is renamed there)."""
-    return sif.is_file() and sif.stat().st_size > 0
-
-
-async def estimate(job: ImageJob, docker_available: bool) -> None:
+async def estimate(job: ImageJob, store_available: bool) -> None:
     """Fill in ``needs``/``transient`` (and ``status`` for what is already there)."""
-    if job.phase == "image":
-        if docker_available and await _local_size(job.ref) is not None:
+    if job.kind is None:
+        if store_available and await image_size(job.ref) is not None:
             job.status = "present"
             return
         if job.build_dataset is not None:
@@ -61,10 +43,10 @@ async def estimate(job: ImageJob, docker_available: bool) -> None:
 
             job.needs = INSTANCE_BUILD_BYTES
             return
-    elif job.target and sif_present(Path(job.target)):
+    elif job.kind.present(job):
         job.status = "present"
         return
-    unpacked = await _local_size(job.ref) if docker_available else None
+    unpacked = await image_size(job.ref) if store_available else None
     if unpacked is None and job.build_instance is not None:
         # Its image is built in this preparation: nothing to ask a registry, whose copy is not this one.
         from anyswe.images.swebench_build import INSTANCE_BUILD_BYTES
@@ -73,18 +55,16 @@ async def estimate(job: ImageJob, docker_available: bool) -> None:
     compressed = None
     if unpacked is None:
         try:
-            compressed = (await remote_image(job.ref, docker_cli=docker_available)).compressed_bytes
+            compressed = (await remote_image(job.ref, store_cli=store_available)).compressed_bytes
         except LookupError as exc:
             job.size_known = False
             job.note = f"size unknown ({exc}); assumed {ASSUMED_COMPRESSED / 2**30:.0f} GiB compressed"
             compressed = ASSUMED_COMPRESSED
         unpacked = int(compressed * EXPANSION)
-    if job.phase == "image":
+    if job.kind is None:
         job.needs, job.transient = unpacked, compressed or 0
     else:
-        # A SIF build unpacks the image in a temporary directory (and, from the daemon, saves an archive).
-        job.needs = int(unpacked * SIF_FRACTION)
-        job.transient = unpacked + (compressed if job.from_registry and compressed else unpacked)
+        job.kind.estimate(job, unpacked, compressed)
 
 
 def _filesystem(path: Path) -> Path:
@@ -95,12 +75,8 @@ def _filesystem(path: Path) -> Path:
     return p
 
 
-def _build_tmp() -> Path:
-    return Path(os.environ.get("APPTAINER_TMPDIR") or os.environ.get("TMPDIR") or "/tmp")
-
-
 async def check_disk(
-    jobs: list[ImageJob], *, docker_available: bool, budget: int | None = None, jobs_in_parallel: int = 1
+    jobs: list[ImageJob], *, store_available: bool, budget: int | None = None, jobs_in_parallel: int = 1
 ) -> list[dict[str, Any]]:
     """Per filesystem: bytes needed (kept, plus the transient bytes of the builds running at once)
     against bytes free (or ``budget``, if smaller). Raises :class:`InsufficientDisk` naming each short one."""
@@ -115,13 +91,13 @@ async def check_disk(
         entry["what"].add(what)
 
     pending = [j for j in jobs if j.status == "pending"]
-    root = await _docker_root() if docker_available and any(j.phase == "image" for j in pending) else None
+    root = await store_root() if store_available and any(j.kind is None for j in pending) else Path("/")
     for j in pending:
-        if j.phase == "image":
-            add(root or Path("/var/lib/docker"), "docker images", j.needs + j.transient, 0)
+        if j.kind is None:
+            add(root, "stored images", j.needs + j.transient, 0)
         else:
-            add(Path(j.target).parent if j.target else cache_dir() / "sif", "SIFs", j.needs, 0)
-            add(_build_tmp(), "SIF build space", 0, j.transient)
+            for place in j.kind.places(j):
+                add(place.path, place.what, place.kept, place.transient)
     out, short = [], []
     for entry in places.values():
         largest = sorted(entry["transient"], reverse=True)[:jobs_in_parallel]
@@ -149,4 +125,4 @@ async def check_disk(
     return out
 
 
-__all__ = ["check_disk", "estimate", "sif_present"]
+__all__ = ["check_disk", "estimate"]

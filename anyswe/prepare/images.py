@@ -1,24 +1,21 @@
 """``anyswe prepare images``: every image a spec's plan needs, made ready before the run.
 
-Two phases. *docker*: each instance image is pulled (or built: by its dataset, or with ``build`` as swebench
-builds it), skipping those present, in parallel up to a bound, retrying transient registry failures. *sif*: for
-an apptainer provider with a ``sif`` template, one SIF per instance is built into that path, from
-the registry (``docker://``, no docker needed: the HPC path) or from the local daemon (a docker
-archive); without a template the SIF goes to anyswe's own cache, as a run would make it.
+Phases in order. *image*: each instance image is pulled into the local store (sandbox/store.py) or
+built (by its dataset, or with ``build`` as swebench builds it), skipping those present, in parallel
+up to a bound, retrying transient registry failures. Then each provider's own artefacts (its
+:class:`~anyswe.sandbox.artefacts.ArtefactKind`: apptainer's SIFs), made from the store or from the
+registry, into the paths its config names or into its own cache, as a run would make them.
 
-A SIF is built under a temporary name, checked (``apptainer sif list``), hashed, and renamed: a
-build killed part-way never counts as built, and the next ``prepare`` builds it again. Before any
-work, the disk needed is estimated per filesystem (sizes from the registry manifest or the daemon;
-a SIF as a measured fraction of the unpacked image) and the whole preparation is refused when a
-filesystem lacks the room. One image failing is reported and does not stop the others.
+Before any work, the disk needed is estimated per filesystem (sizes from the registry manifest or
+the store; each kind says what its artefact takes and where) and the whole preparation is refused
+when a filesystem lacks the room. One image failing is reported and does not stop the others; a
+provider's artefact whose image failed is skipped.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import shutil
+import functools
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -26,61 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from anyswe import _proc
-from anyswe._threads import in_thread
 from anyswe.config import base_image
 from anyswe.datasets import format_image, image_builder, image_fields
-from anyswe.errors import AnysweError, ImageBuildError, RuntimeNotAvailable
+from anyswe.errors import AnysweError
 from anyswe.images.swebench_build import build_instance_image
 from anyswe.prepare.disk import check_disk, estimate
-from anyswe.prepare.registry import Reference, remote_image
+from anyswe.sandbox.artefacts import STORE_PHASE, ArtefactKind, ImageJob, MakeOptions
+from anyswe.sandbox.store import build_image, pull_image, store_answers, store_unavailable
 
 if TYPE_CHECKING:
-    from anyswe.datasets.instance import Instance
     from anyswe.plan import Plan
 
-#: Registry answers that no retry changes.
-_PERMANENT = ("manifest unknown", "not found", "unauthorized", "denied", "invalid reference", "does not exist")
-# Builds at once share apptainer's layer cache: one reading a blob the other is still writing fails
-# with this, whatever follows ("unexpected end of JSON input", "... not found in layout").
-_CACHE_RACE = "conveyor failed to get"
-
-SifSource = Literal["auto", "registry", "daemon"]
-Status = Literal["pending", "present", "pulled", "built", "failed", "skipped"]
-
-
-@dataclass
-class ImageJob:
-    """One artefact to make: a docker image (pulled or built) or a SIF."""
-
-    phase: Literal["image", "sif"]
-    ref: str  #: the docker reference
-    target: str  #: the docker reference, or the SIF's path ("" when it goes to anyswe's cache)
-    instance_id: str
-    providers: set[str] = field(default_factory=set)
-    build_dataset: str | None = None  #: docker phase: built locally by this dataset
-    #: the row a SWE-bench image is built from (``--build``; its SIF: never asked of a registry)
-    build_instance: Instance | None = None
-    from_registry: bool = False  #: sif phase: docker:// rather than the local daemon
-    needs: int = 0  #: bytes kept when done
-    transient: int = 0  #: bytes needed only while it is made
-    size_known: bool = True
-    status: Status = "pending"
-    seconds: float = 0.0
-    error: str = ""
-    #: What the estimate had to assume (a size neither the daemon nor the registry could tell).
-    note: str = ""
-
-    def row(self) -> dict[str, Any]:
-        return {
-            "phase": self.phase,
-            "image": self.target or f"{self.ref} (SIF cache)",
-            "providers": ",".join(sorted(self.providers)),
-            "status": self.status,
-            "est_mb": round((self.needs + self.transient) / 2**20),
-            "seconds": round(self.seconds, 1),
-            "error": (self.error or self.note)[-300:],
-        }
+ArtefactSource = Literal["auto", "registry", "daemon"]
 
 
 @dataclass
@@ -111,15 +65,16 @@ class PrepareReport:
 
 
 def image_jobs(
-    plan: Plan, *, sif_source: SifSource = "auto", docker_available: bool = True, build: bool = False
+    plan: Plan, *, artefact_source: ArtefactSource = "auto", store_available: bool = True, build: bool = False
 ) -> list[ImageJob]:
-    """The artefacts ``plan`` needs, one per docker reference and one per SIF path, in plan order
-    (``build``: template-named images are built, not pulled, and their SIFs made from the daemon)."""
+    """The artefacts ``plan`` needs, one per image reference and one per provider artefact (its
+    kind's key), images first, in plan order (``build``: template-named images are built, not
+    pulled, and the providers' artefacts made from the store)."""
     from anyswe.images.resolve import ImageSource
 
-    docker_jobs: dict[str, ImageJob] = {}
-    sif_jobs: dict[str, ImageJob] = {}
-    from_registry = not build and (sif_source == "registry" or (sif_source == "auto" and not docker_available))
+    store_jobs: dict[str, ImageJob] = {}
+    own: dict[tuple[str, str], ImageJob] = {}
+    from_registry = not build and (artefact_source == "registry" or (artefact_source == "auto" and not store_available))
     for name in dict.fromkeys(c.provider for c in plan.cells):
         cfg = plan.spec.providers[name]
         source = ImageSource.choose(plan.dataset, cfg)
@@ -131,117 +86,42 @@ def image_jobs(
             else:
                 continue
             built_here = build and source.build_dataset is None
-            needs = cfg.prepared_artefacts(image_fields(inst), sif_from_registry=from_registry)
-            if needs.docker_image:
-                job = docker_jobs.setdefault(
-                    ref, ImageJob("image", ref, ref, inst.instance_id, build_dataset=source.build_dataset)
+            needs = cfg.prepared_artefacts(image_fields(inst), from_registry=from_registry)
+            if needs.store_image:
+                job = store_jobs.setdefault(
+                    ref, ImageJob(STORE_PHASE, ref, ref, inst.instance_id, build_dataset=source.build_dataset)
                 )
                 job.build_instance = inst if built_here else None
                 job.providers.add(name)
-            if needs.sif is not None:
-                key = needs.sif or f"cache:{ref}"
-                sif = sif_jobs.setdefault(
+            if needs.kind is not None:
+                key = (needs.kind.phase, needs.kind.key(needs, ref))
+                made = own.setdefault(
                     key,
-                    ImageJob("sif", ref, needs.sif, inst.instance_id, from_registry=bool(needs.sif) and from_registry),
+                    ImageJob(
+                        needs.kind.phase,
+                        ref,
+                        needs.target,
+                        inst.instance_id,
+                        from_registry=needs.from_registry,
+                        kind=needs.kind,
+                    ),
                 )
-                sif.build_instance = inst if built_here else None
-                sif.providers.add(name)
-    return [*docker_jobs.values(), *sif_jobs.values()]
+                made.build_instance = inst if built_here else None
+                made.providers.add(name)
+    return [*store_jobs.values(), *own.values()]
 
 
-# -- making one artefact ---------------------------------------------------------------------------
-
-
-async def _pull(job: ImageJob, attempts: int, backoff: float) -> None:
-    for attempt in range(1, attempts + 1):
-        r = await _proc.run(["docker", "pull", "--quiet", job.ref], timeout=3600)
-        if r.exit_code == 0 and not r.timed_out:
-            job.status = "pulled"
-            return
-        err = (r.stderr.decode("utf-8", "replace").strip() or f"exit {r.exit_code}")[-500:]
-        if r.timed_out:
-            err = "timed out after 3600 s"
-        if any(p in err.lower() for p in _PERMANENT) or attempt == attempts:
-            raise ImageBuildError(f"docker pull {job.ref} failed after {attempt} attempt(s): {err}")
-        await asyncio.sleep(backoff * 2 ** (attempt - 1))
-
-
-async def _build(job: ImageJob) -> None:
-    from anyswe.images.build import build_docker_image
-
-    assert job.build_dataset is not None
-    dockerfile, tag = image_builder(job.build_dataset)(job.instance_id, base_image())
-    await build_docker_image(dockerfile, tag)
-    job.status = "built"
-
-
-def remove_stale_parts(directory: Path) -> list[str]:
-    """Half-built SIFs (``*.part-<pid>``) and their docker archives (``*.work-<pid>``) of processes no
-    longer alive: a killed prepare left them."""
-    removed = []
-    found = [*directory.glob("*.part-*"), *directory.glob("*.work-*")] if directory.is_dir() else []
-    for part in found:
-        pid = part.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            with contextlib.suppress(OSError):
-                if part.is_dir():
-                    shutil.rmtree(part)
-                else:
-                    part.unlink()
-                removed.append(str(part))
-    return removed
-
-
-async def _sif(job: ImageJob, apptainer: str, timeout: float, attempts: int = 1, backoff: float = 0.0) -> None:
-    from anyswe.images.build import ensure_sif, image_id, save_image, sif_build_argv, write_sidecar
-
-    if not job.target:  # anyswe's own cache, keyed by the docker image id (as a run makes it)
-        await ensure_sif(job.ref, apptainer=apptainer, timeout=timeout)
+async def _store_job(job: ImageJob, options: MakeOptions, repo_mirror: Path | None) -> None:
+    if job.build_dataset is not None:
+        dockerfile, tag = image_builder(job.build_dataset)(job.instance_id, base_image())
+        await build_image(dockerfile, tag)
         job.status = "built"
-        return
-    target = Path(job.target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    part = target.with_name(f"{target.name}.part-{os.getpid()}")
-    work = target.with_name(f"{target.name}.work-{os.getpid()}")
-    argv = sif_build_argv(apptainer)
-    try:
-        if job.from_registry:
-            ref = Reference.parse(job.ref)
-            if ref.insecure:
-                argv.append("--no-https")
-            source_digest = None
-            with contextlib.suppress(LookupError):
-                source_digest = (await remote_image(job.ref, docker_cli=False)).config_digest
-            for attempt in range(1, attempts + 1):
-                r = await _proc.run([*argv, str(part), f"docker://{job.ref}"], timeout=timeout)
-                err = r.stderr.decode("utf-8", "replace").lower()
-                permanent = any(p in err for p in _PERMANENT) and _CACHE_RACE not in err
-                if r.exit_code == 0 or r.timed_out or attempt == attempts or permanent:
-                    break
-                # A transient failure (the layer-cache race above, a registry hiccup): tried again as a pull is.
-                await asyncio.sleep(backoff * 2 ** (attempt - 1))
-        else:
-            source_digest = await image_id(job.ref)
-            work.mkdir(parents=True, exist_ok=True)
-            archive = work / "image.tar"
-            await save_image(job.ref, archive)
-            r = await _proc.run([*argv, str(part), f"docker-archive://{archive}"], timeout=timeout)
-        if r.exit_code != 0 or r.timed_out:
-            how = f"timed out after {timeout:.0f} s" if r.timed_out else f"exit {r.exit_code}"
-            raise ImageBuildError(
-                f"apptainer build of {target.name} from {job.ref} failed ({how}): "
-                + r.stderr.decode("utf-8", "replace").strip()[-800:]
-            )
-        check = await _proc.run([apptainer, "sif", "list", str(part)], timeout=120)
-        if check.exit_code != 0 or b"Squashfs" not in check.stdout + check.stderr:
-            raise ImageBuildError(f"the SIF built from {job.ref} does not check out: {check.stderr.decode()[-300:]}")
-        os.replace(part, target)  # only a checked SIF gets its final name
-        built_from = "registry" if job.from_registry else "daemon"
-        await in_thread(write_sidecar, target, source=job.ref, source_digest=source_digest, built_from=built_from)
-        job.status = "built"
-    finally:
-        part.unlink(missing_ok=True)
-        shutil.rmtree(work, ignore_errors=True)
+    elif job.build_instance is not None:
+        chain = await build_instance_image(job.build_instance, repo_mirror or Path())
+        job.status, job.note = "built", chain.summary
+    else:
+        await pull_image(job.ref, attempts=options.attempts, backoff=options.backoff)
+        job.status = "pulled"
 
 
 # -- progress ----------------------------------------------------------------------------------------
@@ -295,13 +175,6 @@ class _PhaseProgress:
 # -- the whole preparation -------------------------------------------------------------------------
 
 
-async def _docker_answers() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    r = await _proc.run(["docker", "info", "--format", "{{.ServerVersion}}"], timeout=30)
-    return r.exit_code == 0 and not r.timed_out
-
-
 async def _run_phase(
     title: str,
     jobs: list[ImageJob],
@@ -337,57 +210,45 @@ async def prepare_images_async(
     plan: Plan,
     *,
     jobs: int = 4,
-    sif_jobs: int = 2,
-    sif_source: SifSource = "auto",
+    artefact_jobs: int = 2,
+    artefact_source: ArtefactSource = "auto",
     disk_budget: int | None = None,
     retries: int = 3,
     backoff: float = 5.0,
-    apptainer: str = "apptainer",
     timeout: float = 3600,
     progress: bool = True,
     dry_run: bool = False,
     build: bool = False,
     repo_mirror: Path | None = None,
 ) -> PrepareReport:
-    """Pull, build and convert what ``plan`` needs; see the module docstring. ``build``: SWE-bench
-    images not present are built from ``repo_mirror`` (bare repositories) instead of pulled."""
-    docker_available = await _docker_answers()
-    found = image_jobs(plan, sif_source=sif_source, docker_available=docker_available, build=build)
-    if any(j.phase == "image" for j in found) and not docker_available:
-        raise RuntimeNotAvailable(
-            "these images need docker (a docker provider, or SIFs from the local daemon), and docker does not "
-            "answer: run scripts/provision.sh docker, or build SIFs from the registry (--sif-source registry "
-            "with a `sif` template on the apptainer provider)"
-        )
-    for directory in {Path(j.target).parent for j in found if j.phase == "sif" and j.target}:
-        remove_stale_parts(directory)
-    await asyncio.gather(*(estimate(j, docker_available) for j in found))
+    """Pull, build and convert what ``plan`` needs; see the module docstring. ``jobs``: images pulled
+    or built at once; ``artefact_jobs``: provider artefacts made at once; ``artefact_source``: make
+    them from the registry or the store (``daemon``; ``auto``: the store when it answers). ``build``:
+    SWE-bench images not present are built from ``repo_mirror`` (bare repositories), not pulled."""
+    store_available = await store_answers()
+    found = image_jobs(plan, artefact_source=artefact_source, store_available=store_available, build=build)
+    if any(j.kind is None for j in found) and not store_available:
+        raise store_unavailable()
+    kinds: dict[str, ArtefactKind] = {j.phase: j.kind for j in found if j.kind is not None}
+    for phase, kind in kinds.items():
+        kind.clean_stale([j for j in found if j.phase == phase])
+    await asyncio.gather(*(estimate(j, store_available) for j in found))
     report = PrepareReport(found)
     report.disk = await check_disk(
-        found, docker_available=docker_available, budget=disk_budget, jobs_in_parallel=max(jobs, sif_jobs)
+        found, store_available=store_available, budget=disk_budget, jobs_in_parallel=max(jobs, artefact_jobs)
     )
     if dry_run:
         return report
-
-    async def docker_job(job: ImageJob) -> None:
-        if job.build_dataset is not None:
-            await _build(job)
-        elif job.build_instance is not None:
-            chain = await build_instance_image(job.build_instance, repo_mirror or Path())
-            job.status, job.note = "built", chain.summary
-        else:
-            await _pull(job, retries, backoff)
-
-    await _run_phase("docker images", [j for j in found if j.phase == "image"], jobs, docker_job, progress)
-    failed_refs = {j.ref: j for j in found if j.phase == "image" and j.status == "failed"}
+    options = MakeOptions(attempts=retries, backoff=backoff, timeout=timeout)
+    stored = [j for j in found if j.kind is None]
+    await _run_phase("images", stored, jobs, lambda j: _store_job(j, options, repo_mirror), progress)
+    failed_refs = {j.ref: j for j in stored if j.status == "failed"}
     for j in found:
-        if j.phase == "sif" and not j.from_registry and j.ref in failed_refs:
-            j.status, j.error = "skipped", f"its docker image failed: {failed_refs[j.ref].error[-200:]}"
-
-    async def sif_job(job: ImageJob) -> None:
-        await _sif(job, apptainer, timeout, retries, backoff)
-
-    await _run_phase("SIFs", [j for j in found if j.phase == "sif"], sif_jobs, sif_job, progress)
+        if j.kind is not None and not j.from_registry and j.ref in failed_refs:
+            j.status, j.error = "skipped", f"its image failed: {failed_refs[j.ref].error[-200:]}"
+    for phase, kind in kinds.items():
+        mine = [j for j in found if j.phase == phase]
+        await _run_phase(kind.title, mine, artefact_jobs, functools.partial(kind.make, options=options), progress)
     return report
 
 
@@ -396,5 +257,4 @@ __all__ = [
     "PrepareReport",
     "image_jobs",
     "prepare_images_async",
-    "remove_stale_parts",
 ]

@@ -2,10 +2,10 @@
 
 A reference that names its registry (``host[:port]/repo:tag``, a user's mirror, a registry on
 localhost) is asked over the distribution API (v2) directly, with an anonymous bearer token when
-the registry asks for one; a reference without a registry host is asked through ``docker manifest
-inspect`` (the docker CLI knows its default registry). The config digest is what docker reports as
-the pulled image's id, so a SIF built from a registry records the same source digest as the docker
-image of the same reference.
+the registry asks for one; a reference without a registry host is asked through the local image
+store's CLI (sandbox/store.py: it knows its default registry). The config digest is what the store
+reports as the pulled image's id, so an artefact built from a registry records the same source
+digest as the stored image of the same reference.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
-
-from anyswe import _proc
 
 _MANIFEST_TYPES = ", ".join(
     [
@@ -29,7 +27,7 @@ _MANIFEST_TYPES = ", ".join(
 
 @dataclass(frozen=True)
 class Reference:
-    """A parsed docker reference: ``registry`` is None for the docker CLI's default registry."""
+    """A parsed image reference: ``registry`` is None for the store's default registry."""
 
     registry: str | None
     repository: str
@@ -112,30 +110,18 @@ def _sizes(manifest: dict[str, Any]) -> RemoteImage:
     return RemoteImage(sum(int(layer.get("size", 0)) for layer in layers), config.get("digest"))
 
 
-async def _from_docker_cli(ref: str) -> RemoteImage:
-    r = await _proc.run(["docker", "manifest", "inspect", "--verbose", ref], timeout=120)
-    if r.exit_code != 0 or r.timed_out:
-        raise LookupError(r.stderr.decode("utf-8", "replace").strip()[-300:] or f"exit {r.exit_code}")
-    found = json.loads(r.stdout)
-    entries = found if isinstance(found, list) else [found]
-    for entry in entries:
-        platform = (entry.get("Descriptor") or {}).get("platform") or {}
-        if not platform or (platform.get("os"), platform.get("architecture")) == ("linux", "amd64"):
-            manifest = entry.get("SchemaV2Manifest") or entry.get("OCIManifest") or {}
-            return _sizes(manifest)
-    raise LookupError("no linux/amd64 image in the manifest list")
-
-
-async def remote_image(ref: str, *, docker_cli: bool = True) -> RemoteImage:
+async def remote_image(ref: str, *, store_cli: bool = True) -> RemoteImage:
     """Sizes and config digest of ``ref`` from its registry; :class:`LookupError` when it cannot tell."""
     parsed = Reference.parse(ref)
     try:
         if parsed.registry is not None:
             return await _from_registry(parsed)
-        if docker_cli:
-            return await _from_docker_cli(ref)
+        if store_cli:
+            from anyswe.sandbox.store import manifest
+
+            return _sizes(await manifest(ref))
     except LookupError:
         raise
     except Exception as exc:  # HTTP errors, refused connections, bad JSON: the registry cannot tell
         raise LookupError(f"{type(exc).__name__}: {exc}") from None
-    raise LookupError("no registry host in the reference and no docker CLI to ask the default registry")
+    raise LookupError("no registry host in the reference and no image store to ask the default registry")

@@ -153,6 +153,11 @@ def _heatmap(repo_rows: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
+def _backend_pairs(items: list[Comparison]) -> str:
+    """``: docker vs apptainer``: the providers compared, from the run's own rows."""
+    return ": " + ", ".join(f"{c.a} vs {c.b}" for c in items) if items else ""
+
+
 def _comparisons(items: list[Comparison]) -> str:
     if not items:
         return "<p>Only one backend in this run: nothing to compare.</p>"
@@ -255,7 +260,7 @@ Intervals are 95% Wilson. Where some sample is masked for training (an agent tim
 {_table(cells, [c for c in cell_cols if c in (cells[0] if cells else {})])}
 <h2>Resolve rate per cell</h2>
 {rate_chart(cells)}
-<h2>Docker vs apptainer</h2>
+<h2>Between backends{_e(_backend_pairs(comparisons))}</h2>
 <p>Pairs of the same agent, model, instance and sample, both sides with a verdict (<code>errored_pairs</code>: a
 side had an infra, grading or internal error); delta is B - A with a paired bootstrap 95% interval;
 p is the exact McNemar test with one sample per instance; with several, the interval resamples instances and p is a

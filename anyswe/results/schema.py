@@ -84,14 +84,16 @@ class TaskResult(BaseModel):
     spec: str = ""
     run_id: str = ""
     harness: str = ""
-    image: str | None = Field(default=None, description="What the provider ran: docker reference or SIF path.")
+    image: str | None = Field(
+        default=None, description="What the provider ran: an image reference, or its own artefact's path (a SIF)."
+    )
     # -- provenance: what exactly ran and graded ----------------------------------------------------
     image_digest: str | None = Field(
-        default=None, description="The artefact that ran: the docker image id, or the SIF file's sha256."
+        default=None, description="The artefact that ran: the image id, or the artefact file's sha256."
     )
     image_source_digest: str | None = Field(
         default=None,
-        description="The docker image (config digest = image id) the artefact came from; equal across backends "
+        description="The stored image (config digest = image id) the artefact came from; equal across backends "
         "that ran the same image.",
     )
     swebench_version: str | None = None

@@ -9,8 +9,10 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+from anyswe.errors import AnysweError
 from anyswe.registry import Registry
 from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.labels import gc
@@ -27,6 +29,8 @@ __all__ = [
     "Sandbox",
     "SandboxProvider",
     "SandboxRequest",
+    "collect_files",
+    "default_provider",
     "gc",
     "get_provider",
     "neutral",
@@ -48,6 +52,23 @@ def register_provider(name: str, target: str | type[SandboxProvider[Any]]) -> No
 
 def provider_names() -> list[str]:
     return PROVIDERS.names()
+
+
+def collect_files() -> list[str]:
+    """Remove what killed runs left on this host outside any sandbox: each runtime's own files (an
+    interrupted SIF build) and anyswe's scratch directories; the paths removed."""
+    from anyswe.sandbox.labels import collect_scratch
+
+    removed = []
+    for name in PROVIDERS.names():
+        with contextlib.suppress(AnysweError):  # a broken plugin has nothing of its own to collect
+            removed += provider_class(name).leftover_files()
+    return removed + collect_scratch()
+
+
+def default_provider() -> str:
+    """The reference backend: the first provider registered (what a call that names none runs on)."""
+    return PROVIDERS.names()[0]
 
 
 def provider_class(name: str) -> type[SandboxProvider[Any]]:

@@ -33,19 +33,20 @@ from pydantic import Field
 from anyswe import _proc
 from anyswe._threads import in_thread
 from anyswe.errors import DatasetError, ImageNotFound, RuntimeNotAvailable, SandboxStartError
+from anyswe.sandbox.artefacts import Needs
 from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.helper import HELPER_PATH
 from anyswe.sandbox.labels import NAME_PREFIX
 from anyswe.sandbox.provider import Provenance, SandboxProvider
 from anyswe.sandbox.request import (
     SANDBOX_HOSTNAME,
-    DockerRef,
     NetworkPolicy,
-    PreparedArtefacts,
     ProviderConfig,
     SandboxRequest,
+    StoredImage,
     neutral,
 )
+from anyswe.sandbox.sif import SifArtefacts, collect_interrupted_builds, sif_identity
 
 #: The instance's environment variable that carries its labels.
 LABELS_ENV = "ANYSWE_LABELS"
@@ -55,15 +56,6 @@ PID_FILE = "instance.pid"
 
 def default_state_dir() -> Path:
     return Path(os.environ.get("ANYSWE_APPTAINER_STATE", Path(tempfile.gettempdir()) / "anyswe-apptainer"))
-
-
-def _file_identity(path: str) -> tuple[str, str, int, int, int, int] | None:
-    """A file's identity on disk (path, device, inode, size, mtime): what an instance was started from."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return ("sif", os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class ApptainerConfig(ProviderConfig):
@@ -95,14 +87,15 @@ class ApptainerConfig(ProviderConfig):
             return self
         return self.model_copy(update={"sif": str(base / self.sif)})
 
-    def prepared_artefacts(self, fields: Mapping[str, str], *, sif_from_registry: bool) -> PreparedArtefacts:
+    def prepared_artefacts(self, fields: Mapping[str, str], *, from_registry: bool) -> Needs:
+        kind = SifArtefacts(self.binary)
         if self.sif is None:  # converted from the local docker image into anyswe's cache, as a run would
-            return PreparedArtefacts(docker_image=True, sif="")
+            return Needs(store_image=True, kind=kind)
         try:
             target = str(Path(self.sif.format(**fields)).absolute())
         except (KeyError, IndexError) as exc:
             raise DatasetError(f"sif template {self.sif!r} has an unknown field {exc}") from None
-        return PreparedArtefacts(docker_image=not sif_from_registry, sif=target)
+        return Needs(store_image=not from_registry, kind=kind, target=target, from_registry=from_registry)
 
 
 #: The capabilities docker gives a container's root by default: root must be the same root on both
@@ -152,6 +145,10 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
         self._processes: dict[str, tuple[int, str]] = {}
         self._version: str | None = None
 
+    @classmethod
+    def leftover_files(cls) -> list[str]:
+        return collect_interrupted_builds()  # a SIF build's image archive: hundreds of MB
+
     def _state(self, name: str) -> Path:
         return self.config.state_dir / name
 
@@ -165,21 +162,21 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
             return True  # a URI (docker-daemon://, oras://...): apptainer resolves it at start
         return Path(image).is_file()
 
-    async def runnable_image(self, docker_image: DockerRef, fields: Mapping[str, str]) -> str:
-        """The SIF for ``docker_image``: the config's ``sif`` template, or a cached conversion."""
+    async def runnable_image(self, stored: StoredImage, fields: Mapping[str, str]) -> str:
+        """The SIF for the ``stored`` image: the config's ``sif`` template, or a cached conversion."""
         if self.config.sif:
             try:
                 return self.config.sif.format(**fields)
             except (KeyError, IndexError) as exc:
                 raise DatasetError(f"sif template {self.config.sif!r} has an unknown field {exc}") from None
-        from anyswe.images.build import ensure_sif
+        from anyswe.sandbox.sif import ensure_sif
 
-        return str(await ensure_sif(await docker_image(), apptainer=self.config.binary))
+        return str(await ensure_sif(await stored(), apptainer=self.config.binary))
 
     async def image_provenance(self, image: str) -> Provenance:
         if "://" in image or not Path(image).is_file():
             return Provenance()
-        from anyswe.images.build import sif_provenance
+        from anyswe.sandbox.sif import sif_provenance
 
         return await in_thread(sif_provenance, Path(image))
 
@@ -257,7 +254,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
             copy = ["cp", "--sparse=always", "--", str(template), str(state / "overlay.img")]
             await self._run_checked(copy, "copying the empty overlay")
             argv = self._start_argv(request, network, state)
-            before = _file_identity(request.image)
+            before = sif_identity(request.image)
             what = f"starting instance {request.name} from {request.image}"
             start = asyncio.ensure_future(self._run_checked(argv, what, timeout=self.config.startup_timeout))
             try:
@@ -273,7 +270,7 @@ class ApptainerProvider(SandboxProvider[ApptainerConfig]):
                 await self._watch_init(request.name, process[0], self.config.memory if self._own_init() else None)
             # The SIF as it was while the instance started (a file replaced meanwhile is not known);
             # none when extra options may bind or overlay anything, the repository included.
-            same = before is not None and before == _file_identity(request.image)
+            same = before is not None and before == sif_identity(request.image)
             return before if same and not self.config.extra_options else None
         except BaseException:
             await asyncio.shield(self.remove(request.name))

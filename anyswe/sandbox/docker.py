@@ -21,6 +21,7 @@ from pydantic import Field
 from anyswe import _proc
 from anyswe._threads import in_thread
 from anyswe.errors import ImageNotFound, RuntimeNotAvailable, SandboxError, SandboxStartError
+from anyswe.sandbox.artefacts import Needs
 from anyswe.sandbox.base import Sandbox
 from anyswe.sandbox.helper import HELPER_PATH
 from anyswe.sandbox.labels import LABEL_MANAGED
@@ -28,11 +29,10 @@ from anyswe.sandbox.oom import protect_init
 from anyswe.sandbox.provider import Provenance, SandboxProvider
 from anyswe.sandbox.request import (
     SANDBOX_HOSTNAME,
-    DockerRef,
     NetworkPolicy,
-    PreparedArtefacts,
     ProviderConfig,
     SandboxRequest,
+    StoredImage,
 )
 
 if TYPE_CHECKING:
@@ -63,8 +63,8 @@ class DockerConfig(ProviderConfig):
     # many hosts, shared by every sandbox). 4096 leaves room for parallel test runners and their threads.
     pids_limit: int | None = Field(default=4096, gt=0, description="Processes and threads per sandbox; null: none.")
 
-    def prepared_artefacts(self, fields: Mapping[str, str], *, sif_from_registry: bool) -> PreparedArtefacts:
-        return PreparedArtefacts(docker_image=True)
+    def prepared_artefacts(self, fields: Mapping[str, str], *, from_registry: bool) -> Needs:
+        return Needs(store_image=True)  # docker runs the stored image itself
 
 
 def _client() -> DockerClient:
@@ -129,8 +129,8 @@ class DockerProvider(SandboxProvider[DockerConfig]):
             self._present.add(image)
         return exists
 
-    async def runnable_image(self, docker_image: DockerRef, fields: Mapping[str, str]) -> str:
-        return await docker_image()
+    async def runnable_image(self, stored: StoredImage, fields: Mapping[str, str]) -> str:
+        return await stored()
 
     async def image_provenance(self, image: str) -> Provenance:
         r = await _proc.run([*self.docker_cmd, "image", "inspect", "--format", "{{.Id}}", image], timeout=60)

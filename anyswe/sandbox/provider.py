@@ -18,7 +18,7 @@ from anyswe.sandbox.base import Sandbox, check_env
 from anyswe.sandbox.helper import HELPER_PATH, ensure_helper
 from anyswe.sandbox.labels import LABEL_SESSION
 from anyswe.sandbox.oom import OomWatch, protect_init
-from anyswe.sandbox.request import GATEWAY_DIR, DockerRef, Mount, NetworkPolicy, ProviderConfig, SandboxRequest
+from anyswe.sandbox.request import GATEWAY_DIR, Mount, NetworkPolicy, ProviderConfig, SandboxRequest, StoredImage
 from anyswe.sandbox.slots import Slots
 
 C = TypeVar("C", bound=ProviderConfig)
@@ -110,11 +110,11 @@ class SandboxProvider(ABC, Generic[C]):
         """Whether ``image`` is available locally."""
 
     @abstractmethod
-    async def runnable_image(self, docker_image: DockerRef, fields: Mapping[str, str]) -> str:
-        """What this provider runs for a docker image (docker: the reference; apptainer: a SIF).
+    async def runnable_image(self, stored: StoredImage, fields: Mapping[str, str]) -> str:
+        """What this provider runs for a task's image (the stored reference itself, or an artefact of its own).
 
-        ``docker_image()`` gives the docker reference (building it if need be: called only when
-        needed); ``fields`` fill the provider's own image templates ({instance_id}, ...), if any.
+        ``stored()`` gives the image's reference in the local store (building it if need be: called
+        only when needed); ``fields`` fill the provider's own image templates ({instance_id}, ...), if any.
         """
 
     async def image_provenance(self, image: str) -> Provenance:
@@ -156,6 +156,11 @@ class SandboxProvider(ABC, Generic[C]):
         """The host pid of sandbox ``name``'s PID 1, when it runs on this host in a PID namespace of
         its own (what :meth:`Sandbox.end_strays` needs); None when that cannot be known."""
         return None
+
+    @classmethod
+    def leftover_files(cls) -> list[str]:
+        """Remove the files this runtime's killed runs and builds left on this host; the paths removed."""
+        return []
 
     @abstractmethod
     async def sandboxes(self) -> dict[str, dict[str, str] | None]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from anyswe.sandbox.artefacts import Needs
 from anyswe.sandbox.labels import (
     LABEL_MANAGED,
     LABEL_OWNER,
@@ -35,8 +36,8 @@ GATEWAY_DIR = "/.anyswe/gateway"
 #: Every sandbox's hostname, on every runtime (docker would use the container id, apptainer the host's).
 SANDBOX_HOSTNAME = "sandbox"
 
-#: Gives the docker reference of a task's image (building it first if need be).
-DockerRef = Callable[[], Awaitable[str]]
+#: Gives the reference of a task's image in the local store (building it first if need be).
+StoredImage = Callable[[], Awaitable[str]]
 
 
 def neutral(**kwargs: Any) -> Any:
@@ -82,15 +83,6 @@ class ExecResult:
         )
 
 
-@dataclass(frozen=True)
-class PreparedArtefacts:
-    """Per instance: whether the docker image must be local, and the SIF to build (None: no SIF;
-    "": anyswe's own SIF cache; else its path)."""
-
-    docker_image: bool = False
-    sif: str | None = None
-
-
 class ProviderConfig(BaseModel):
     """Settings common to every provider (the ``providers.<name>`` block of a spec).
 
@@ -116,9 +108,11 @@ class ProviderConfig(BaseModel):
         "default: the dataset's own (built locally for the demo).",
     )
 
-    def prepared_artefacts(self, fields: Mapping[str, str], *, sif_from_registry: bool) -> PreparedArtefacts:
-        """What ``anyswe prepare images`` makes ready for this provider (default: nothing; it resolves its own)."""
-        return PreparedArtefacts()
+    def prepared_artefacts(self, fields: Mapping[str, str], *, from_registry: bool) -> Needs:
+        """What ``anyswe prepare images`` makes ready for this provider, per instance (``fields`` fill
+        its own templates; ``from_registry``: its own artefacts are to be made from the registry, not
+        the store). Default: nothing; it resolves its own."""
+        return Needs()
 
     def relative_to(self, base: Path) -> ProviderConfig:
         """This config with its relative paths made relative to ``base`` (the spec's directory)."""

@@ -11,7 +11,7 @@ import pytest
 
 from anyswe._sync import run_sync
 from anyswe.errors import ImageBuildError
-from anyswe.images.build import build_docker_image, image_id
+from anyswe.sandbox.store import build_image, image_id
 
 pytestmark = pytest.mark.containers
 
@@ -24,7 +24,7 @@ def test_two_waiters_in_two_successive_loops(docker_image: str, tmp_path: Path) 
     tag = f"anyswe-test/lock:{uuid.uuid4().hex[:12]}"
 
     async def two_waiters() -> list[str]:
-        return await asyncio.gather(*(build_docker_image(tmp_path / "Dockerfile", tag) for _ in range(2)))
+        return await asyncio.gather(*(build_image(tmp_path / "Dockerfile", tag) for _ in range(2)))
 
     try:
         assert run_sync(two_waiters()) == [tag, tag]
@@ -39,7 +39,7 @@ def test_build_failure_carries_the_output_and_leaves_no_container(docker_image: 
     marker = f"broken-step-{uuid.uuid4().hex[:8]}"
     (tmp_path / "Dockerfile").write_text(f"FROM {docker_image}\nRUN echo {marker} && exit 3\n")
     with pytest.raises(ImageBuildError, match=marker):
-        run_sync(build_docker_image(tmp_path / "Dockerfile", f"anyswe-test/broken:{uuid.uuid4().hex[:12]}"))
+        run_sync(build_image(tmp_path / "Dockerfile", f"anyswe-test/broken:{uuid.uuid4().hex[:12]}"))
     # The classic builder keeps a failed step's container unless told otherwise.
     # One `docker ps` lists every container with its command at once. Listing ids and then
     # inspecting each lost a race in CI: another worker's container was removed in between.

@@ -75,7 +75,7 @@ def test_an_older_base_runs_every_agent_and_a_missing_library_stops_one_clearly(
     OpenClaw (node needs it) before it starts, naming the library, while the others still run."""
     from python_on_whales import docker
 
-    from anyswe.images.build import build_docker_image
+    from anyswe.sandbox.store import build_image
 
     broken = f"anyswe-test/no-libstdcxx:{uuid.uuid4().hex[:8]}"
     (tmp_path / "ctx").mkdir()
@@ -83,7 +83,7 @@ def test_an_older_base_runs_every_agent_and_a_missing_library_stops_one_clearly(
         "FROM anyswe/base:bookworm\nRUN rm -f /usr/lib/x86_64-linux-gnu/libstdc++.so.6*\n"
     )
     # anyswe's own build (--force-rm): a failed step leaves no container behind.
-    asyncio.run(build_docker_image(tmp_path / "ctx" / "Dockerfile", broken))
+    asyncio.run(build_image(tmp_path / "ctx" / "Dockerfile", broken))
     (tmp_path / "spec.yaml").write_text(SPEC)
     everyone = [
         "dataset={name: demo, instance_ids: [demo__calc-1]}",

@@ -107,10 +107,10 @@ def test_an_image_with_the_repositorys_future_is_sealed_before_the_agent(runtime
 
     from anyswe.config import base_image
     from anyswe.datasets import demo
-    from anyswe.images.build import build_docker_image
+    from anyswe.sandbox.store import build_image
 
     dockerfile, tag = demo.build_context("demo__inventory-4", base_image())
-    asyncio.run(build_docker_image(dockerfile, tag))
+    asyncio.run(build_image(dockerfile, tag))
     leaky = f"anyswe-test/future:{uuid.uuid4().hex[:8]}"
     (tmp_path / "ctx").mkdir()
     (tmp_path / "ctx" / "Dockerfile").write_text(
@@ -121,7 +121,7 @@ def test_an_image_with_the_repositorys_future_is_sealed_before_the_agent(runtime
         " && echo 'test_stock_never_negative' | git hash-object -w --stdin\n"
     )
     # anyswe's own build (--force-rm): a failed step leaves no container behind.
-    asyncio.run(build_docker_image(tmp_path / "ctx" / "Dockerfile", leaky))
+    asyncio.run(build_image(tmp_path / "ctx" / "Dockerfile", leaky))
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         "name: sealed\ndataset: {name: demo, instance_ids: [demo__inventory-4]}\n"
@@ -163,10 +163,10 @@ def test_an_image_that_is_not_the_instances_never_runs_the_agent_and_is_not_retr
 
     from anyswe.config import base_image
     from anyswe.datasets import demo
-    from anyswe.images.build import build_docker_image
+    from anyswe.sandbox.store import build_image
 
     dockerfile, tag = demo.build_context("demo__inventory-4", base_image())
-    asyncio.run(build_docker_image(dockerfile, tag))
+    asyncio.run(build_image(dockerfile, tag))
     suffix = uuid.uuid4().hex[:8]
     git = "git -c user.name=f -c user.email=f@f"
     images = {
@@ -184,7 +184,7 @@ def test_an_image_that_is_not_the_instances_never_runs_the_agent_and_is_not_retr
     for name, (image, step) in images.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "Dockerfile").write_text(f"FROM {tag}\n{step}\n")
-        asyncio.run(build_docker_image(tmp_path / name / "Dockerfile", image))
+        asyncio.run(build_image(tmp_path / name / "Dockerfile", image))
     spec = tmp_path / "spec.yaml"
     providers = "".join(f"  {n}: {{type: docker, image: '{image}'}}\n" for n, (image, _) in images.items())
     providers += f"  missing: {{type: docker, image: 'anyswe-test/never-built:{suffix}'}}\n"

@@ -37,7 +37,7 @@ def pushed(registry: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     layer of its own so a pull downloads it; none of them left in the local daemon. Yields the template."""
     import asyncio
 
-    from anyswe.images.build import build_docker_image
+    from anyswe.sandbox.store import build_image
 
     nonce = uuid.uuid4().hex[:10]
     template = TEMPLATE.format(registry=registry, nonce=nonce)
@@ -49,13 +49,13 @@ def pushed(registry: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         if inst.instance_id not in IDS[:2]:
             continue
         dockerfile, tag = build(inst.instance_id, base_image())
-        asyncio.run(build_docker_image(dockerfile, tag))
+        asyncio.run(build_image(dockerfile, tag))
         ctx = work / inst.instance_id
         ctx.mkdir()
         (ctx / "nonce").write_text(f"{nonce} {inst.instance_id}\n")
         (ctx / "Dockerfile").write_text(f"FROM {tag}\nCOPY nonce /etc/anyswe-registry-nonce\n")
         local = f"anyswe-test/pushed-{nonce}:{inst.instance_id.replace('__', '-')}"
-        asyncio.run(build_docker_image(ctx / "Dockerfile", local))
+        asyncio.run(build_image(ctx / "Dockerfile", local))
         ref = format_image(template, inst)
         _docker("tag", local, ref)
         _docker("push", "--quiet", ref)

@@ -82,16 +82,64 @@ def _compares_with(path: Path, values: set[str]) -> list[int]:
     return lines
 
 
-def test_nothing_outside_sandbox_switches_on_a_provider_type() -> None:
-    """Providers plug in by registry: planner, images, grading, results and CLI never ask which one it is."""
-    outside = [f for f in PKG.rglob("*.py") if "sandbox" not in f.parts and "demo" not in f.parts]
-    assert len(outside) > 20
+#: What runs a runtime: its executables (an argv's head) and the image URIs only it reads.
+RUNTIME_EXECUTABLES = {"docker", "apptainer", "singularity", "podman"}
+RUNTIME_URI = ("docker://", "docker-archive://", "docker-daemon://", "instance://", "oras://")
+RUNTIME_CLIENTS = ("python_on_whales", "spython")
+
+
+def _runtime_names(path: Path, providers: set[str]) -> list[str]:
+    """Where ``path`` names a runtime: a provider's name as a value (a default, a comparison, a
+    tuple of them), an argv that runs a runtime's executable, or an image URI only a runtime reads."""
+    found = [f"{line} {value!r}" for value, line in _string_constants(path).items() if value in providers]
+    found += [f"{line} {value!r}" for value, line in _string_constants(path).items() if value.startswith(RUNTIME_URI)]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+            head = node.elts[0]
+            if isinstance(head, ast.Constant) and head.value in RUNTIME_EXECUTABLES:
+                found.append(f"{node.lineno} runs {head.value}")
+        elif isinstance(node, ast.JoinedStr) and node.values:
+            head = node.values[0]
+            if isinstance(head, ast.Constant) and str(head.value).startswith(RUNTIME_URI):
+                found.append(f"{node.lineno} {head.value!r}")
+    return found
+
+
+def test_only_sandbox_names_or_runs_a_runtime() -> None:
+    """Runtimes plug in by registry: outside sandbox/, nothing imports a runtime's client or a provider's
+    module, runs a runtime's executable, or acts on a provider's name. Image builds and pulls go through
+    the image store (sandbox/store.py), a provider's own artefacts through its ArtefactKind."""
+    from anyswe.sandbox import PROVIDERS
+
+    providers = set(PROVIDERS.builtin_names())
+    assert {"docker", "apptainer"} <= providers
+    own = tuple(f"anyswe.sandbox.{m}" for m in (*providers, "sif", "helper"))
+    outside = [f for f in PKG.rglob("*.py") if "sandbox" not in f.relative_to(PKG).parts]
+    assert len(outside) > 60
+    found = []
     for f in outside:
-        concrete = {
-            m for m in imported_modules(f) if m.startswith(("anyswe.sandbox.docker", "anyswe.sandbox.apptainer"))
-        }
-        assert not concrete, f"{f.relative_to(PKG)} imports a concrete provider: {concrete}"
-        assert not _compares_with(f, {"docker", "apptainer"}), f"{f.relative_to(PKG)} switches on a provider type"
+        rel = f.relative_to(PKG)
+        bad = {m for m in imported_modules(f) if m.startswith((*RUNTIME_CLIENTS, *own))}
+        found += [f"{rel} imports {m}" for m in sorted(bad)]
+        found += [f"{rel}:{hit}" for hit in _runtime_names(f, providers)]
+        found += [f"{rel}:{line} compares with a provider" for line in _compares_with(f, providers)]
+    assert found == [], "\n".join(found)
+
+
+def test_the_runtime_check_sees_each_kind_of_naming(tmp_path: Path) -> None:
+    """The check above fails on each thing it forbids (a planted module of each)."""
+    planted = {
+        "argv": 'ARGV = ["docker", "pull", "x"]\n',
+        "name": 'def f(provider: str = "apptainer") -> str:\n    return provider\n',
+        "uri": 'def f(ref: str) -> str:\n    return f"docker://{ref}"\n',
+        "compare": "def f(p: str) -> bool:\n    return p in ('docker', 'apptainer')\n",
+    }
+    for what, text in planted.items():
+        path = tmp_path / f"{what}.py"
+        path.write_text(text)
+        assert _runtime_names(path, {"docker", "apptainer"}) or _compares_with(path, {"docker", "apptainer"}), what
+    (tmp_path / "client.py").write_text("import python_on_whales\n")
+    assert "python_on_whales" in imported_modules(tmp_path / "client.py")
 
 
 def test_datasets_do_not_import_grading() -> None:

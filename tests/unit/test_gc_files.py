@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from anyswe.images.build import collect_interrupted_builds
 from anyswe.sandbox.labels import collect_scratch, scratch_prefix
+from anyswe.sandbox.sif import collect_interrupted_builds
 
 # Above the kernel's pid_max (2^22): no process can have it.
 DEAD_PID = 99_999_999

@@ -163,16 +163,20 @@ def test_references(ref: str, parsed: tuple[str | None, str, str], insecure: boo
 def test_disk_check_refuses_over_budget_naming_the_filesystem(tmp_path: Path) -> None:
     import asyncio
 
+    from anyswe.sandbox.sif import SifArtefacts
+
+    kind = SifArtefacts()
     jobs = [
-        ImageJob("sif", "x", str(tmp_path / f"{i}.sif"), f"i{i}", needs=300 * 2**20, transient=2**30) for i in range(3)
+        ImageJob("sif", "x", str(tmp_path / f"{i}.sif"), f"i{i}", kind=kind, needs=300 * 2**20, transient=2**30)
+        for i in range(3)
     ]
-    rows = asyncio.run(check_disk(jobs, docker_available=False, jobs_in_parallel=2))
+    rows = asyncio.run(check_disk(jobs, store_available=False, jobs_in_parallel=2))
     assert rows and sum(r["needed_mb"] for r in rows) >= 900 + 2 * 1024
     with pytest.raises(InsufficientDisk, match=r"needs about [\d,]+ MB, 10 MB within the budget of 10 MB"):
-        asyncio.run(check_disk(jobs, docker_available=False, budget=10 * 2**20))
+        asyncio.run(check_disk(jobs, store_available=False, budget=10 * 2**20))
     for j in jobs:
         j.status = "present"  # what exists needs nothing
-    assert all(r["needed_mb"] == 0 for r in asyncio.run(check_disk(jobs, docker_available=False, budget=1)))
+    assert all(r["needed_mb"] == 0 for r in asyncio.run(check_disk(jobs, store_available=False, budget=1)))
 
 
 def test_diff_warns_when_the_sides_ran_different_images() -> None:
@@ -245,7 +249,7 @@ def test_rows_of_instances_excluded_after_they_ran_count_nowhere(tmp_path: Path)
 def test_stale_half_builds_of_dead_processes_are_removed(tmp_path: Path) -> None:
     import os
 
-    from anyswe.prepare.images import remove_stale_parts
+    from anyswe.sandbox.sif import remove_stale_parts
 
     dead = 2**22 + 12345  # above pid_max's default: no such process
     (tmp_path / f"a.sif.part-{dead}").write_bytes(b"half")

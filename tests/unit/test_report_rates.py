@@ -63,7 +63,7 @@ def test_a_run_with_an_agent_timeout_shows_both_rates(tmp_path: Path) -> None:
         "g.none.docker": ("1", "2", "0.500", "2", "0.500"),
     }
     assert "(RL 1.00)" in page and "RL rate (unmasked samples)" in page
-    (diff,) = _table(page[page.index("<h2>Docker vs apptainer</h2>") :])
+    (diff,) = _table(page[page.index("<h2>Between backends: g.none.docker vs g.none.apptainer</h2>") :])
     assert (diff["pairs"], diff["errored_pairs"], diff["rl_pairs"], diff["delta"]) == ("2", "0", "1", "0.000")
     assert (diff["rate_a"], diff["rate_b"], diff["rl_rate_a"], diff["rl_rate_b"]) == (
         "0.500",
@@ -81,7 +81,7 @@ def test_a_flip_with_a_timed_out_side_is_a_flip_and_says_it_is_masked_for_rl(tmp
     (flip,) = _table(page[page.index("<h2>Flips between backends</h2>") :])
     assert flip["instance"] == "demo__b-2 #0"
     assert flip["B"].endswith("g.none.apptainer</a>: resolved, RL-masked (agent_timeout)"), flip
-    (diff,) = _table(page[page.index("<h2>Docker vs apptainer</h2>") :])
+    (diff,) = _table(page[page.index("<h2>Between backends: g.none.docker vs g.none.apptainer</h2>") :])
     assert (diff["rate_a"], diff["rate_b"], diff["flips B-only"]) == ("0.500", "1.000", "demo__b-2")
 
 
