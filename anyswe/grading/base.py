@@ -56,36 +56,20 @@ class LogVerdict:
 
 
 class Harness(ABC):
-    """Builds the eval script for an instance and grades the log it produces.
-
-    :meth:`prepare` runs once per (repo, version) per harness object, however many samples ask.
-    """
+    """Builds the eval script for an instance and grades the log it produces. Stateless: what it
+    needs to know of a repository comes with the instance (or is the harness's own), never from what
+    it graded before."""
 
     name: ClassVar[str]
     #: Where the repo lives inside task images.
     workdir: ClassVar[str] = "/testbed"
 
-    def __init__(self) -> None:
-        self._prepared: set[tuple[str, str]] = set()
-
-    def prepare(self, instance: Instance) -> None:
-        """Register whatever the grader needs to know about ``instance``'s repo and version (cached)."""
-        key = (instance.repo, instance.version)
-        if key not in self._prepared:
-            self._prepare(instance)
-            self._prepared.add(key)
-
-    def _prepare(self, instance: Instance) -> None:  # noqa: B027 - optional hook
-        """What :meth:`prepare` does the first time for a (repo, version)."""
-
     def eval_script(self, instance: Instance) -> str:
         """A bash script that applies the test patch, runs the tests between swebench's markers."""
-        self.prepare(instance)
         return self._eval_script(instance)
 
     def grade_log(self, instance: Instance, test_output: str) -> LogVerdict:
         """The verdict swebench's rules give this log."""
-        self.prepare(instance)
         return self._grade_log(instance, test_output)
 
     @abstractmethod

@@ -112,7 +112,7 @@ _RUNNER_SOURCE = {"_pytest", "pytest"}
 
 def patch_flags(patch: str, test_patch: str | None = None) -> list[str]:
     """The flags ``patch`` raises (a subset of :data:`FLAGS`, in its order); ``test_patch``: the instance's."""
-    from anyswe.grading.swebench import changed_in_context, changed_lines, new_files, touched_files
+    from anyswe.grading.diffs import changed_in_context, changed_lines, new_files, touched_files
 
     files = changed_lines(patch)
     if not files:

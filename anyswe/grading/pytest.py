@@ -2,7 +2,7 @@
 
 Its eval script has the shape of swebench's (reset the test files, apply the test patch, run the
 tests between the markers, reset again) without conda; its verdicts come from swebench's own
-``get_eval_report`` with the pytest log parser, the repo registered as a custom spec.
+``get_eval_report`` rules with the pytest log parser, the repository given as a :class:`RepoSpec`.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, ClassVar
 
+from anyswe.grading import diffs
 from anyswe.grading import swebench as sb
 from anyswe.grading.base import Harness, LogVerdict
 
@@ -29,13 +30,13 @@ def _delimiter(text: str) -> str:
 class PytestHarness(Harness):
     name: ClassVar[str] = "pytest"
 
-    def _prepare(self, instance: Instance) -> None:
-        sb.register_custom_repo(instance.repo, instance.version, test_cmd=TEST_CMD, parser="pytest")
+    #: Any repository, its tests run by pytest and read by swebench's pytest parser.
+    repo: ClassVar[sb.RepoSpec] = sb.RepoSpec({"test_cmd": TEST_CMD}, parser="pytest")
 
     def _eval_script(self, instance: Instance) -> str:
         base = instance.base_commit
         existing = sb.modified_files(instance.test_patch)
-        targets = sb.patch_targets(instance.test_patch)
+        targets = diffs.patch_targets(instance.test_patch)
         reset = f"git checkout {base} {' '.join(shlex.quote(f) for f in existing)}" if existing else ":"
         delim = _delimiter(instance.test_patch)
         lines = [
@@ -55,5 +56,5 @@ class PytestHarness(Harness):
         return "\n".join(lines) + "\n"
 
     def _grade_log(self, instance: Instance, test_output: str) -> LogVerdict:
-        report = sb.eval_report(instance, test_output)
+        report = sb.eval_report(instance, test_output, repo=self.repo)
         return LogVerdict(resolved=bool(report.get("resolved")), tests_status=report.get("tests_status", {}))

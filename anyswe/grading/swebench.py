@@ -10,10 +10,13 @@ Its version is checked before first use: grading a SWE-bench instance with anoth
 
 from __future__ import annotations
 
+import contextlib
 import json
-import re
 import shlex
 import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -83,11 +86,41 @@ def _git_apply_cmds() -> tuple[str, ...]:
         raise GradingError(f"swebench's patch-apply ladder (GIT_APPLY_CMDS) could not be read: {exc}") from exc
 
 
-def known_repo(repo: str) -> bool:
+@cache
+def _official_repos() -> frozenset[str]:
+    """The repositories swebench ships specs for, read once: routing never sees a :class:`RepoSpec`."""
     _swebench()
     from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
 
-    return repo in MAP_REPO_VERSION_TO_SPECS
+    return frozenset(MAP_REPO_VERSION_TO_SPECS)
+
+
+def known_repo(repo: str) -> bool:
+    return repo in _official_repos()
+
+
+_OVERLAY = threading.Lock()
+
+
+@contextlib.contextmanager
+def _given(instance: Instance, repo: RepoSpec | None) -> Iterator[None]:
+    """While one of swebench's script builders runs, ``repo``'s spec where it looks (its maps, keyed by
+    repository): those builders read them inside, whatever spec they are given. Under a lock, for that
+    call only, and only for a repository swebench does not know; removed again on every path."""
+    if repo is None:
+        yield
+        return
+    if known_repo(instance.repo):
+        raise GradingError(f"{instance.instance_id}: {instance.repo!r} is swebench's own; its spec is swebench's")
+    from swebench.harness.constants import MAP_REPO_TO_EXT, MAP_REPO_VERSION_TO_SPECS
+
+    with _OVERLAY:
+        MAP_REPO_VERSION_TO_SPECS[instance.repo] = {instance.version: dict(repo.specs)}
+        MAP_REPO_TO_EXT[instance.repo] = repo.ext
+        try:
+            yield
+        finally:
+            del MAP_REPO_VERSION_TO_SPECS[instance.repo], MAP_REPO_TO_EXT[instance.repo]
 
 
 def repo_version_specs() -> dict[str, dict[str, Any]]:
@@ -95,7 +128,7 @@ def repo_version_specs() -> dict[str, dict[str, Any]]:
     _swebench()
     from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
 
-    return dict(MAP_REPO_VERSION_TO_SPECS)
+    return {repo: dict(versions) for repo, versions in MAP_REPO_VERSION_TO_SPECS.items() if known_repo(repo)}
 
 
 def official_image(instance_id: str, namespace: str = "swebench", tag: str = "latest") -> str:
@@ -121,23 +154,35 @@ def official_image(instance_id: str, namespace: str = "swebench", tag: str = "la
     return str(spec.instance_image_key)
 
 
-def register_custom_repo(repo: str, version: str, *, test_cmd: str, parser: str = "pytest", **specs: Any) -> None:
-    """Make ``repo``/``version`` known to swebench (its spec maps), graded by a named log parser.
+#: The swebench log parsers a :class:`RepoSpec` can name.
+_PARSERS = {"pytest": ("swebench.harness.log_parsers.python", "parse_log_pytest")}
 
-    This is how datasets outside SWE-bench (the demo benchmark, local JSONL) are graded through the
-    very same ``get_eval_report`` as SWE-bench itself.
+
+@dataclass(frozen=True)
+class RepoSpec:
+    """A repository swebench does not know, handed to each call that needs it: its spec (``test_cmd``,
+    ``install``, ``pre_install``, ...) and the swebench log parser that reads its tests.
+
+    Never written into swebench's maps: what one dataset declares cannot change how another row is
+    routed (:func:`known_repo`) or graded, whatever ran before in the process.
     """
-    _swebench()
-    from swebench.harness.constants import MAP_REPO_TO_EXT, MAP_REPO_VERSION_TO_SPECS
-    from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
-    from swebench.harness.log_parsers.python import parse_log_pytest
 
-    parsers = {"pytest": parse_log_pytest}
-    if parser not in parsers:
-        raise GradingError(f"unknown log parser {parser!r}; known: {', '.join(parsers)}")
-    MAP_REPO_VERSION_TO_SPECS.setdefault(repo, {})[version] = {"test_cmd": test_cmd, **specs}
-    MAP_REPO_TO_PARSER[repo] = parsers[parser]
-    MAP_REPO_TO_EXT.setdefault(repo, "py")
+    specs: Mapping[str, Any]
+    parser: str = "pytest"
+    ext: str = "py"
+
+    @classmethod
+    def of(cls, *, test_cmd: str | list[str], parser: str = "pytest", **specs: Any) -> RepoSpec:
+        if parser not in _PARSERS:
+            raise GradingError(f"unknown log parser {parser!r}; known: {', '.join(_PARSERS)}")
+        return cls({"test_cmd": test_cmd, **specs}, parser)
+
+    def parse(self, log: str, test_spec: Any) -> dict[str, str]:
+        import importlib
+
+        _swebench()
+        module, name = _PARSERS[self.parser]
+        return dict(getattr(importlib.import_module(module), name)(log, test_spec))
 
 
 def _row(instance: Instance) -> dict[str, Any]:
@@ -147,23 +192,27 @@ def _row(instance: Instance) -> dict[str, Any]:
     return row
 
 
-def eval_script(instance: Instance) -> str:
+def eval_script(instance: Instance, repo: RepoSpec | None = None) -> str:
     """The eval script swebench's ``make_eval_script_list`` builds for ``instance``, offline.
 
     ``make_test_spec`` would also build the environment script, which downloads requirement files
     for many instances; grading needs only the eval script.
     """
-    specs = instance_specs(instance)
+    specs = instance_specs(instance, repo)
     from swebench.harness.test_spec.create_scripts import make_eval_script_list
 
-    lines = make_eval_script_list(
-        _row(instance), specs, "testbed", "/testbed", instance.base_commit, instance.test_patch
-    )
+    with _given(instance, repo):
+        lines = make_eval_script_list(
+            _row(instance), specs, "testbed", "/testbed", instance.base_commit, instance.test_patch
+        )
     return "\n".join(["#!/bin/bash", "set -uxo pipefail", *lines]) + "\n"
 
 
-def instance_specs(instance: Instance) -> dict[str, Any]:
-    """swebench's spec (python, install, pre_install, test_cmd, ...) for ``instance``'s repo and version."""
+def instance_specs(instance: Instance, repo: RepoSpec | None = None) -> dict[str, Any]:
+    """swebench's spec (python, install, pre_install, test_cmd, ...) for ``instance``'s repo and version
+    (``repo``'s own for a repository swebench does not know)."""
+    if repo is not None:
+        return dict(repo.specs)
     _swebench()
     from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
 
@@ -176,7 +225,7 @@ def instance_specs(instance: Instance) -> dict[str, Any]:
         ) from None
 
 
-def repo_script(instance: Instance, *, clone_from: str | None = None) -> str:
+def repo_script(instance: Instance, *, clone_from: str | None = None, repo: RepoSpec | None = None) -> str:
     """The instance image's repository setup, as swebench's ``make_repo_script_list`` writes it.
 
     Clone, ``git reset --hard <base_commit>``, remote and later tags removed, the spec's
@@ -188,7 +237,9 @@ def repo_script(instance: Instance, *, clone_from: str | None = None) -> str:
     _swebench()
     from swebench.harness.test_spec.create_scripts import make_repo_script_list
 
-    lines = make_repo_script_list(instance_specs(instance), instance.repo, "/testbed", instance.base_commit, "testbed")
+    specs = instance_specs(instance, repo)
+    with _given(instance, repo):
+        lines = make_repo_script_list(specs, instance.repo, "/testbed", instance.base_commit, "testbed")
     if clone_from is not None:
         url = f"https://github.com/{instance.repo}"
         at = next((n for n, line in enumerate(lines) if line.startswith("git clone ") and url in line), None)
@@ -200,7 +251,7 @@ def repo_script(instance: Instance, *, clone_from: str | None = None) -> str:
     return "\n".join(["#!/bin/bash", "set -euxo pipefail", *lines]) + "\n"
 
 
-def env_script(instance: Instance) -> str:
+def env_script(instance: Instance, repo: RepoSpec | None = None) -> str:
     """The environment image's setup script, as swebench's ``make_env_script_list`` writes it.
 
     For specs whose packages come from the repository's requirements or environment file,
@@ -210,11 +261,12 @@ def env_script(instance: Instance) -> str:
     _swebench()
     from swebench.harness.test_spec.create_scripts import make_env_script_list
 
-    lines = make_env_script_list(_row(instance), instance_specs(instance), "testbed")
+    with _given(instance, repo):
+        lines = make_env_script_list(_row(instance), instance_specs(instance, repo), "testbed")
     return "\n".join(["#!/bin/bash", "set -euxo pipefail", *lines]) + "\n"
 
 
-def _test_spec(instance: Instance) -> Any:
+def _test_spec(instance: Instance, repo: RepoSpec | None = None) -> Any:
     _swebench()
     from swebench.harness.constants import MAP_REPO_TO_EXT
     from swebench.harness.test_spec.test_spec import TestSpec
@@ -229,21 +281,26 @@ def _test_spec(instance: Instance) -> Any:
         arch="x86_64",
         FAIL_TO_PASS=instance.FAIL_TO_PASS,
         PASS_TO_PASS=instance.PASS_TO_PASS,
-        language=MAP_REPO_TO_EXT.get(instance.repo, "py"),
+        language=repo.ext if repo is not None else MAP_REPO_TO_EXT.get(instance.repo, "py"),
         docker_specs={},
         namespace=None,
     )
 
 
-def eval_report(instance: Instance, test_output: str, *, model_patch: str | None = "x") -> dict[str, Any]:
+def eval_report(
+    instance: Instance, test_output: str, *, model_patch: str | None = "x", repo: RepoSpec | None = None
+) -> dict[str, Any]:
     """swebench's ``get_eval_report`` for a test log: ``{resolved, patch_successfully_applied, tests_status,...}``.
 
-    Includes swebench's fallback to the whole log when the marked span has no results.
+    Includes swebench's fallback to the whole log when the marked span has no results. ``repo``: a
+    repository swebench does not know, graded by the same rules with its own spec and parser.
     """
     _swebench()
     from swebench.harness.grading import get_eval_report
     from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
 
+    if repo is not None:
+        return _report_of(instance, test_output, model_patch, repo)
     if instance.repo not in MAP_REPO_TO_PARSER:
         raise GradingError(f"{instance.instance_id}: swebench has no log parser for repo {instance.repo!r}")
     with tempfile.TemporaryDirectory(prefix="anyswe-grade-") as tmp:
@@ -259,6 +316,34 @@ def eval_report(instance: Instance, test_output: str, *, model_patch: str | None
     return result
 
 
+def _report_of(instance: Instance, log: str, model_patch: str | None, repo: RepoSpec) -> dict[str, Any]:
+    """``get_eval_report`` with ``repo``'s spec and parser given rather than looked up in swebench's maps:
+    ``get_logs_eval``'s rules (a bad code or missing markers: not applied; the marked span, else the
+    whole log, parsed), then swebench's own ``get_eval_tests_report`` and ``get_resolution_status``."""
+    from swebench.harness import constants as c
+    from swebench.harness.grading import get_eval_tests_report, get_resolution_status
+
+    result: dict[str, Any] = {"patch_is_None": model_patch is None, "patch_exists": model_patch is not None}
+    result |= {"patch_successfully_applied": False, "resolved": False, "tests_status": _empty_tests_status()}
+    bad = (c.APPLY_PATCH_FAIL, c.RESET_FAILED, c.TESTS_ERROR, c.TESTS_TIMEOUT)
+    if model_patch is None or any(code in log for code in bad):
+        return result
+    if not (c.START_TEST_OUTPUT in log and c.END_TEST_OUTPUT in log):
+        return result
+    spec = _test_spec(instance, repo)
+    try:
+        status = repo.parse(log.split(c.START_TEST_OUTPUT)[1].split(c.END_TEST_OUTPUT)[0], spec) or repo.parse(
+            log, spec
+        )
+    except Exception as exc:  # as above: a parser crash is a grading error
+        raise GradingError(f"{instance.instance_id}: swebench could not grade the log: {exc!r}") from exc
+    ref = {"instance_id": instance.instance_id, "FAIL_TO_PASS": spec.FAIL_TO_PASS, "PASS_TO_PASS": spec.PASS_TO_PASS}
+    tests = get_eval_tests_report(status, ref, eval_type=c.EvalType.PASS_AND_FAIL)
+    result |= {"patch_successfully_applied": True, "tests_status": tests}
+    result["resolved"] = get_resolution_status(tests) == c.ResolvedStatus.FULL.value
+    return result
+
+
 def _empty_tests_status() -> dict[str, dict[str, list[str]]]:
     return {k: {"success": [], "failure": []} for k in ("FAIL_TO_PASS", "PASS_TO_PASS", "FAIL_TO_FAIL", "PASS_TO_FAIL")}
 
@@ -269,127 +354,3 @@ def modified_files(patch: str) -> list[str]:
     from swebench.harness.utils import get_modified_files
 
     return list(get_modified_files(patch))
-
-
-def patch_targets(patch: str) -> list[str]:
-    """Every file a diff leaves behind (added and modified, not deleted), in diff order."""
-    _swebench()
-    from unidiff import PatchSet  # type: ignore[attr-defined]
-
-    out = []
-    for f in PatchSet(patch):
-        if f.target_file != "/dev/null" and f.target_file.startswith("b/"):
-            out.append(f.target_file[2:])
-    return out
-
-
-def touched_files(patch: str) -> set[str]:
-    """Every path a diff reads or writes (old and new names of a rename, added and deleted files).
-
-    By unidiff, as swebench reads diffs; a diff unidiff cannot parse falls back to its
-    ``diff --git a/X b/Y`` headers, so a strange patch never yields an empty set by accident.
-    """
-    if not patch.strip():
-        return set()
-    _swebench()
-    from unidiff import PatchSet  # type: ignore[attr-defined]
-    from unidiff.errors import UnidiffParseError
-
-    out: set[str] = set()
-    try:
-        for f in PatchSet(patch):
-            for name in (f.source_file, f.target_file):
-                if name and name != "/dev/null":
-                    out.add(_without_prefix(name))
-    except UnidiffParseError:
-        pass
-    for m in re.finditer(r"^diff --git a/(\S+) b/(\S+)$", patch, re.MULTILINE):
-        out.update(m.groups())
-    return out
-
-
-def changed_lines(patch: str) -> dict[str, tuple[list[str], list[str]]]:
-    """Per file a diff writes (its new name; a deleted file by its old one): the lines it adds and removes.
-
-    By unidiff, as swebench reads diffs; a patch unidiff cannot parse has none.
-    """
-    if not patch.strip():
-        return {}
-    _swebench()
-    from unidiff import PatchSet  # type: ignore[attr-defined]
-    from unidiff.errors import UnidiffParseError
-
-    out: dict[str, tuple[list[str], list[str]]] = {}
-    try:
-        for f in PatchSet(patch):
-            name = f.target_file if f.target_file != "/dev/null" else f.source_file
-            added = [line.value for hunk in f for line in hunk if line.is_added]
-            removed = [line.value for hunk in f for line in hunk if line.is_removed]
-            out[_without_prefix(name)] = (added, removed)
-    except UnidiffParseError:
-        return {}
-    return out
-
-
-def new_files(patch: str) -> set[str]:
-    """The paths a diff creates: added files, and the new names of renamed or copied ones (a path that
-    did not exist before the patch). By unidiff, as :func:`changed_lines`; a patch unidiff cannot parse
-    has none."""
-    if not patch.strip():
-        return set()
-    _swebench()
-    from unidiff import PatchSet  # type: ignore[attr-defined]
-    from unidiff.errors import UnidiffParseError
-
-    out: set[str] = set()
-    try:
-        for f in PatchSet(patch):
-            source, target = _without_prefix(f.source_file), _without_prefix(f.target_file)
-            if f.target_file != "/dev/null" and (f.is_added_file or source != target):
-                out.add(target)
-    except UnidiffParseError:
-        return set()
-    return out
-
-
-def changed_in_context(patch: str) -> dict[str, list[tuple[str, str, str]]]:
-    """Per file a diff writes: each line it adds or removes with the last section header (``[...]``)
-    and the last unindented key (``name =`` / ``name:``) before it, as far as its hunk shows them (its
-    context lines and git's hunk header; "" where they do not): a continuation line of a multi-line
-    INI or TOML value is read as part of its key. By unidiff, as :func:`changed_lines`."""
-    if not patch.strip():
-        return {}
-    _swebench()
-    from unidiff import PatchSet  # type: ignore[attr-defined]
-    from unidiff.errors import UnidiffParseError
-
-    out: dict[str, list[tuple[str, str, str]]] = {}
-    try:
-        for f in PatchSet(patch):
-            name = f.target_file if f.target_file != "/dev/null" else f.source_file
-            seen = out.setdefault(_without_prefix(name), [])
-            for hunk in f:
-                # git's hunk header names the last line before the hunk that starts with a letter (its
-                # default funcname): for a config file, often the key a multi-line value belongs to.
-                head = _KEY.match(hunk.section_header or "")
-                section, key = "", head.group(1) if head else ""
-                for line in hunk:
-                    text = line.value.rstrip("\n")
-                    if line.is_added or line.is_removed:
-                        seen.append((section, key, text))
-                    if _SECTION.match(text):
-                        section, key = text.strip(), ""
-                    elif _KEY.match(text):
-                        key = _KEY.match(text).group(1)  # type: ignore[union-attr]
-    except UnidiffParseError:
-        return {}
-    return out
-
-
-_SECTION = re.compile(r"^\s*\[[^\]]+\]\s*$")
-_KEY = re.compile(r"^([A-Za-z_][\w.-]*)\s*[=:]")
-
-
-def _without_prefix(name: str) -> str:
-    """A diff's file name without git's ``a/`` or ``b/``."""
-    return name[2:] if name[:2] in ("a/", "b/") else name

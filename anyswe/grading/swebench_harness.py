@@ -16,18 +16,21 @@ if TYPE_CHECKING:
     from anyswe.datasets.instance import Instance
 
 
+def own_spec(instance: Instance) -> sb.RepoSpec | None:
+    """The swebench spec (test_cmd, ...) a row outside SWE-bench carries for a repository swebench does
+    not know (``swebench_spec``); None for the rows swebench grades from its own maps."""
+    spec = (instance.model_extra or {}).get("swebench_spec")
+    if isinstance(spec, dict) and not sb.known_repo(instance.repo):
+        return sb.RepoSpec.of(**spec)
+    return None
+
+
 class SWEbenchHarness(Harness):
     name: ClassVar[str] = "swebench"
 
-    def _prepare(self, instance: Instance) -> None:
-        # A dataset outside SWE-bench may carry its own swebench spec (test_cmd, ...) in its rows.
-        spec = (instance.model_extra or {}).get("swebench_spec")
-        if isinstance(spec, dict) and not sb.known_repo(instance.repo):
-            sb.register_custom_repo(instance.repo, instance.version, **spec)
-
     def _eval_script(self, instance: Instance) -> str:
-        return sb.eval_script(instance)
+        return sb.eval_script(instance, own_spec(instance))
 
     def _grade_log(self, instance: Instance, test_output: str) -> LogVerdict:
-        report = sb.eval_report(instance, test_output)
+        report = sb.eval_report(instance, test_output, repo=own_spec(instance))
         return LogVerdict(resolved=bool(report.get("resolved")), tests_status=report.get("tests_status", {}))

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from anyswe.datasets.instance import Instance
+from anyswe.grading import diffs
 from anyswe.grading import swebench as sb
 from anyswe.results.schema import TaskResult
 from anyswe.results.store import read_results
@@ -331,7 +332,7 @@ def test_anyswe_gold_equals_swebench_by_hand(
     report = json.loads((run_dir / "tasks" / row.key / "report.json").read_text())[instance_id]
     assert report["tests_status"] == expected["tests_status"]
     # Captured against the setup commit: the gold patch's files only, never the reverse of the setup edits.
-    assert sb.touched_files(row.model_patch) == sb.touched_files(real_instances[instance_id].patch)
+    assert diffs.touched_files(row.model_patch) == diffs.touched_files(real_instances[instance_id].patch)
     assert row.applied_by == "git apply --verbose"
     if instance_id.startswith("sphinx-doc__"):
         log = (run_dir / "tasks" / row.key / "test_output.txt").read_text()
@@ -376,4 +377,4 @@ def test_agents_with_the_scripted_oracle_resolve_real_images(
 ) -> None:
     row = anyswe_agents[agent, provider, instance_id]
     assert row.error_kind is None and row.resolved and not row.mask_sample, (row.error, row.exit_reason)
-    assert row.model_calls >= 2 and "tox.ini" not in sb.touched_files(row.model_patch)
+    assert row.model_calls >= 2 and "tox.ini" not in diffs.touched_files(row.model_patch)

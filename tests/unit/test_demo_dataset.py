@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from anyswe.datasets import demo, load_dataset
+from anyswe.grading import diffs
 from anyswe.grading import swebench as sb
 
 
@@ -18,12 +19,12 @@ def rows() -> dict[str, object]:
 def test_schema(rows: dict[str, object]) -> None:
     assert len(rows) >= 8
     for inst in rows.values():
-        assert inst.repo and inst.version and inst.problem_statement  # type: ignore[attr-defined]
-        assert len(inst.base_commit) == 40  # type: ignore[attr-defined]
-        assert inst.patch.startswith("diff --git") and inst.test_patch.startswith("diff --git")  # type: ignore[attr-defined]
-        assert inst.FAIL_TO_PASS  # type: ignore[attr-defined]
+        assert inst.repo and inst.version and inst.problem_statement
+        assert len(inst.base_commit) == 40
+        assert inst.patch.startswith("diff --git") and inst.test_patch.startswith("diff --git")
+        assert inst.FAIL_TO_PASS
         # The fix never touches tests and the test patch never touches the fix.
-        assert not set(sb.patch_targets(inst.patch)) & set(sb.patch_targets(inst.test_patch))  # type: ignore[attr-defined]
+        assert not set(diffs.patch_targets(inst.patch)) & set(diffs.patch_targets(inst.test_patch))
 
 
 def test_traits(rows: dict[str, object]) -> None:
@@ -34,33 +35,30 @@ def test_traits(rows: dict[str, object]) -> None:
         rows["demo__wrap-6"],
         rows["demo__retry-7"],
     )
-    assert any("[" in t for t in calc.FAIL_TO_PASS)  # type: ignore[attr-defined]
-    assert len(sb.patch_targets(slug.patch)) == 2  # type: ignore[attr-defined]
-    assert "new file mode" in settings.patch  # type: ignore[attr-defined]
+    assert any("[" in t for t in calc.FAIL_TO_PASS)
+    assert len(diffs.patch_targets(slug.patch)) == 2
+    assert "new file mode" in settings.patch
     # The test patch edits one existing test file and adds another.
-    assert sb.modified_files(inventory.test_patch) == ["tests/test_inventory.py"]  # type: ignore[attr-defined]
-    assert sorted(sb.patch_targets(inventory.test_patch)) == ["tests/test_inventory.py", "tests/test_limits.py"]  # type: ignore[attr-defined]
-    assert leap.sloppy_patch and leap.PASS_TO_PASS  # type: ignore[attr-defined]
+    assert sb.modified_files(inventory.test_patch) == ["tests/test_inventory.py"]
+    assert sorted(diffs.patch_targets(inventory.test_patch)) == ["tests/test_inventory.py", "tests/test_limits.py"]
+    assert leap.sloppy_patch and leap.PASS_TO_PASS
     assert (
         "pytest.mark.skip" in wrap.test_patch
-        or "pytest.mark.skip"
-        in (  # type: ignore[attr-defined]
-            demo.task_dirs()["demo__wrap-6"] / "base" / "tests" / "test_wrap.py"
-        ).read_text()
+        or "pytest.mark.skip" in (demo.task_dirs()["demo__wrap-6"] / "base" / "tests" / "test_wrap.py").read_text()
     )
     assert "time.sleep(10)" in (demo.task_dirs()["demo__retry-7"] / "base" / "tests" / "test_retry.py").read_text()
-    assert retry.PASS_TO_PASS  # type: ignore[attr-defined]
+    assert retry.PASS_TO_PASS
 
 
 def test_rows_are_deterministic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: dict[str, object]) -> None:
     monkeypatch.setenv("ANYSWE_CACHE", str(tmp_path))
     again = {i.instance_id: i for i in demo.load()}
-    assert {k: v.base_commit for k, v in again.items()} == {k: v.base_commit for k, v in rows.items()}  # type: ignore[attr-defined]
-    assert {k: v.patch for k, v in again.items()} == {k: v.patch for k, v in rows.items()}  # type: ignore[attr-defined]
+    assert {k: v.base_commit for k, v in again.items()} == {k: v.base_commit for k, v in rows.items()}
+    assert {k: v.patch for k, v in again.items()} == {k: v.patch for k, v in rows.items()}
 
 
 def test_agent_view_hides_answers(rows: dict[str, object]) -> None:
-    view = rows["demo__calc-1"].agent_view()  # type: ignore[attr-defined]
+    view = rows["demo__calc-1"].agent_view()
     dumped = view.model_dump()
     assert set(dumped) == {"instance_id", "repo", "base_commit", "problem_statement"}
     assert "a + b" not in str(dumped)

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from anyswe.agents import AGENTS, Agent
-from anyswe.datasets import Instance
 from anyswe.errors import DatasetError, SpecError
 from anyswe.execute.unit import make_unit
 from anyswe.grading import HARNESSES, get_harness
@@ -113,25 +112,6 @@ def test_units_carry_everything_and_no_secret(tmp_path: Path, monkeypatch: pytes
     assert (unit.attempt, unit.run_id, unit.harness, unit.agent.type) == (3, "r", "pytest", "gold")
     assert unit.instance.instance_id == plan.tasks[0].instance_id and unit.image.build_dataset == "demo"
     assert "sk-secret-value" not in repr(unit)
-
-
-def test_harness_prepares_once_per_repo_and_version() -> None:
-    calls: list[tuple[str, str]] = []
-
-    class Counting(PytestHarness):
-        def _prepare(self, instance: Instance) -> None:
-            calls.append((instance.repo, instance.version))
-            super()._prepare(instance)
-
-    harness = Counting()
-    rows = [
-        Instance(instance_id=f"i{n}", repo=repo, version=v, base_commit="x", test_patch="", FAIL_TO_PASS=[])
-        for n, (repo, v) in enumerate([("o/r", "1"), ("o/r", "1"), ("o/r", "2"), ("o/q", "1")])
-    ]
-    for inst in rows * 3:
-        harness.eval_script(inst)
-        assert harness.grade_log(inst, "").resolved is False
-    assert calls == [("o/r", "1"), ("o/r", "2"), ("o/q", "1")]
 
 
 def test_a_real_model_gets_an_http_upstream_and_the_key_stays_in_the_driver(
@@ -241,8 +221,8 @@ def test_a_unit_whose_node_cannot_reach_the_gateway_is_an_infra_error(tmp_path: 
 
 def test_a_lost_attempts_calls_are_kept_apart_from_the_next_attempts(tmp_path: Path) -> None:
     """The retry rewrites trajectory.jsonl; the infra row of the attempt before points at its own copy."""
+    from anyswe.execute.classify import failed_output
     from anyswe.execute.models import TRAJECTORY, settle
-    from anyswe.execute.task import failed_output
     from anyswe.gateway import Grant, ScriptedModel
 
     text = SPEC.replace("gold: {type: gold}", "mini: {type: mini-swe-agent}") + "models:\n  s: {api: scripted}\n"
