@@ -27,10 +27,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from anyswe.errors import RuntimeNotAvailable
+from anyswe.execute.classify import failed_output
 from anyswe.execute.models import is_loopback
 from anyswe.execute.ray_auth import AUTH_MODE_VAR, choose_auth_mode, probe, probe_target, use_auth_mode
 from anyswe.execute.runner import Runner
-from anyswe.execute.task import failed_output
 from anyswe.execute.worker import Worker, run_unit
 
 if TYPE_CHECKING:

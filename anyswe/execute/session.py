@@ -92,7 +92,7 @@ class Session:
         ``task_dir``), the unit run, the grant settled into the outcome. Never raises for the task's own
         failure; its grant is revoked on every path."""
         from anyswe.errors import AnysweError
-        from anyswe.execute.task import failed_output
+        from anyswe.execute.classify import failed_output
 
         gateway = await self.start_gateway() if unit.model is not None else None
         (task_dir / models.TRAJECTORY).unlink(missing_ok=True)  # an earlier attempt's calls

@@ -12,18 +12,11 @@ in the output.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import functools
-import hashlib
-import importlib.metadata
-import json
 import shutil
-import time
 import traceback
-from collections.abc import Hashable, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Hashable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,14 +26,12 @@ from anyswe._threads import in_thread
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import GradingError, InfraError, SandboxOutOfMemory
 from anyswe.execute.capture import PatchCaptureFailed, capture_patch
+from anyswe.execute.classify import AgentRun, Trace, artifacts, classify, now
 from anyswe.execute.grade import grade_in_sandbox, stopped_on_failure
-from anyswe.execute.outcome import Exit, Outcome, Usage
 from anyswe.execute.seal import SealedImages, check_starting_point, seal_repository
 from anyswe.execute.unit import TaskOutput
 from anyswe.grading import get_harness
-from anyswe.grading.flags import patch_flags
-from anyswe.grading.swebench import touched_files
-from anyswe.results.schema import TIME_FIELDS, ErrorKind, Failure, FailureSource, TaskResult
+from anyswe.grading.diffs import touched_files
 from anyswe.sandbox import SandboxRequest
 from anyswe.sandbox.provider import Provenance
 from anyswe.sandbox.reap import end_strays
@@ -49,70 +40,9 @@ if TYPE_CHECKING:
     from anyswe.agents import Agent
     from anyswe.datasets.instance import Instance
     from anyswe.execute.unit import WorkUnit
-    from anyswe.execute.worker import Worker
     from anyswe.grading import Harness, Verdict
+    from anyswe.images.resolve import ImageResolver
     from anyswe.sandbox import Sandbox, SandboxProvider
-
-
-@dataclass
-class AgentRun:
-    """What the agent phase gives: the outcome, whether the host stopped it, and its own error."""
-
-    outcome: AgentOutcome
-    timed_out: bool = False
-    error: str | None = None
-
-    def fail(self, error: str) -> None:
-        """Add a failure of the agent's own (its patch could not be captured, or is too large)."""
-        self.error = error if self.error is None else f"{self.error}; {error}"
-
-
-@dataclass
-class _Trace:
-    """Times and the failure of one task, filled in as its phases run."""
-
-    error_kind: ErrorKind | None = None
-    error: str | None = None
-    error_permanent: bool = False
-    log_lines: list[str] = field(default_factory=list)
-    #: The agent's patch's size, and the cap that decided the task (None: none did).
-    patch_bytes: int | None = None
-    limit_hit: str | None = None
-    #: Seconds per phase, unrounded. Each lap runs from the end of the one before, so the phases
-    #: partition the task's wall time: a step between two named phases is never in none of them.
-    laps: dict[str, float] = field(default_factory=dict)
-    _mark: float = field(default_factory=time.monotonic)
-
-    def lap(self, name: str) -> None:
-        """Charge the time since the last lap to phase ``name`` (added, for a phase entered twice)."""
-        now = time.monotonic()
-        self.laps[name] = self.laps.get(name, 0.0) + now - self._mark
-        self._mark = now
-
-    def close(self) -> None:
-        """Charge what is left (a failure's cleanup: stopping the sandbox) to the phase it followed."""
-        self.lap(next(reversed(self.laps), "time_image"))
-
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Charge the block, with any step since the last lap, to ``name`` (also when it raises)."""
-        try:
-            yield
-        finally:
-            self.lap(name)
-
-    @property
-    def times(self) -> dict[str, float]:
-        """The row's ``time_*`` fields: each phase that ran, and ``time_total``, their sum."""
-        if not self.laps:  # no phase ran: the task never started
-            return {}
-        out = {name: round(t, 3) for name, t in self.laps.items()}
-        out["time_total"] = round(sum(self.laps.values()), 3)
-        return out
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 # -- phases ---------------------------------------------------------------------------------------
@@ -138,7 +68,7 @@ async def work(
     agent: Agent,
     harness: Harness,
     sandbox: Sandbox[Any],
-    trace: _Trace,
+    trace: Trace,
     state_dir: Path,
     seals: SealedImages,
     image_key: Hashable | None,
@@ -178,7 +108,7 @@ async def work(
 
 
 async def _after_agent(
-    unit: WorkUnit, agent: Agent, harness: Harness, sandbox: Sandbox[Any], trace: _Trace, run: AgentRun, head: str
+    unit: WorkUnit, agent: Agent, harness: Harness, sandbox: Sandbox[Any], trace: Trace, run: AgentRun, head: str
 ) -> str:
     """The agent's sandbox once it is done: alive?, its leftovers ended, its patch captured."""
     with trace.phase("time_settle"):
@@ -200,7 +130,7 @@ async def _after_agent(
         return patch_within_cap(unit, run, patch, trace)
 
 
-def patch_within_cap(unit: WorkUnit, run: AgentRun, patch: str, trace: _Trace) -> str:
+def patch_within_cap(unit: WorkUnit, run: AgentRun, patch: str, trace: Trace) -> str:
     """The patch to grade. One over ``unit.max_patch_bytes`` is the agent's failure (unresolved, not
     masked), neither graded nor kept: a 100 MB patch made a 131 MB results line."""
     trace.patch_bytes = size = len(patch.encode())
@@ -242,20 +172,30 @@ def _image_key(sandbox: Sandbox[Any], workdir: str, base: str) -> Hashable | Non
 # -- the task -------------------------------------------------------------------------------------
 
 
-async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
+@dataclass(frozen=True)
+class TaskTools:
+    """What a task runs with, built by whoever runs it (the worker caches them across its units)."""
+
+    provider: SandboxProvider[Any]
+    agent: Agent
+    images: ImageResolver
+    seals: SealedImages
+
+
+async def run_task(unit: WorkUnit, tools: TaskTools) -> TaskOutput:
     """Run one unit of work; never raises for a task's own failure (it is in the result)."""
-    trace = _Trace()
-    started = _now()
+    trace = Trace()
+    started = now()
     image: str | None = None
     provenance = Provenance()
     run: AgentRun | None = None
     patch = ""
     verdict: Verdict | None = None
     try:
-        provider, agent, harness = worker.provider(unit), worker.agent(unit), get_harness(unit.harness)
+        provider, agent, harness = tools.provider, tools.agent, get_harness(unit.harness)
         with trace.phase("time_image"):
-            image = await worker.images.image_for(provider, unit.image, unit.instance)
-            provenance = await worker.images.provenance(provider, image)
+            image = await tools.images.image_for(provider, unit.image, unit.instance)
+            provenance = await tools.images.provenance(provider, image)
         state_dir = task_state_dir()  # removed once its sandbox is gone
         remove_state = functools.partial(shutil.rmtree, state_dir, True)
         try:
@@ -269,7 +209,7 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
             raise
         with stopped_on_failure(sandbox, remove_state):
             key = _image_key(sandbox, harness.workdir, unit.instance.base_commit)
-            run, patch = await work(unit, agent, harness, sandbox, trace, state_dir, worker.seals, key)
+            run, patch = await work(unit, agent, harness, sandbox, trace, state_dir, tools.seals, key)
         with trace.phase("time_grading"):
             # The grading sandbox starts while the agent's is being removed.
             provider.stop_later(sandbox, remove_state)
@@ -287,112 +227,3 @@ async def run_task(unit: WorkUnit, worker: Worker) -> TaskOutput:
     if run is not None:
         files.update({f"agent-{name}": text for name, text in run.outcome.artifacts.items()})
     return TaskOutput(outcome, files)
-
-
-def failed_output(
-    unit: WorkUnit, error_kind: ErrorKind, error: str, source: FailureSource = "task", *, permanent: bool = False
-) -> TaskOutput:
-    """The output of a task that could not even start (its model could not be set up, a dead node), its
-    failure stated by ``source``."""
-    outcome = classify(unit, _Trace(), None, "", None, image=None, started_at=_now())
-    outcome = outcome.failed(Failure(kind=error_kind, source=source, message=error, permanent=permanent))
-    return TaskOutput(outcome, artifacts(outcome.row(), _Trace(), None))
-
-
-@functools.cache
-def _swebench_version() -> str | None:
-    """The installed swebench's version, read from its metadata (importing swebench is slow)."""
-    try:
-        return importlib.metadata.version("swebench")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def classify(
-    unit: WorkUnit,
-    trace: _Trace,
-    run: AgentRun | None,
-    patch: str,
-    verdict: Verdict | None,
-    *,
-    image: str | None,
-    started_at: str,
-    provenance: Provenance | None = None,
-) -> Outcome:
-    """The task's outcome from what the phases returned: its facts and its own failures (the row's
-    verdict, reward and mask are :func:`~anyswe.execute.decide.decide`'s, read by ``Outcome.row``)."""
-    failures = []
-    if trace.error_kind is not None:
-        failures.append(
-            Failure(kind=trace.error_kind, source="task", message=trace.error or "", permanent=trace.error_permanent)
-        )
-    elif run is not None and run.error is not None:
-        failures.append(Failure(kind="agent", source="task", message=run.error))
-    if verdict is not None and verdict.error is not None and trace.error_kind in (None, "agent"):
-        failures.append(Failure(kind="agent", source="task", message=verdict.error))
-    outcome = run.outcome if run is not None else AgentOutcome()
-    record: dict[str, Any] = {
-        "key": unit.key,
-        "cell": unit.cell.id,
-        "agent": unit.cell.agent,
-        "model": unit.cell.model,
-        "provider": unit.cell.provider,
-        "provider_type": unit.provider.type,
-        "instance_id": unit.instance.instance_id,
-        "repo": unit.instance.repo,
-        "sample": unit.sample,
-        "attempt": unit.attempt,
-        "spec": unit.spec_name,
-        "run_id": unit.run_id,
-        "harness": unit.harness,
-        "image": image,
-        "image_digest": provenance.digest if provenance else None,
-        "image_source_digest": provenance.source_digest if provenance else None,
-        "swebench_version": _swebench_version(),
-        "eval_script_sha256": hashlib.sha256(verdict.eval_script.encode()).hexdigest() if verdict else None,
-        "started_at": started_at,
-        "finished_at": _now(),
-        "patch_exists": bool(verdict and verdict.patch_exists),
-        "patch_applied": bool(verdict and verdict.patch_applied),
-        "applied_by": verdict.applied_by if verdict else None,
-        "tests_timed_out": bool(verdict and verdict.tests_timed_out),
-        "model_patch": patch,
-        **_patch_facts(unit, trace, verdict, patch),
-        **{name: trace.times.get(name) for name in TIME_FIELDS},
-    }
-    return Outcome(
-        record=record,
-        tests_resolved=bool(verdict and verdict.resolved),
-        exit=Exit(outcome.exit_reason, run.timed_out, "host" if run.timed_out else "agent") if run else Exit(),
-        usage=Usage(**dataclasses.asdict(outcome.usage), trajectory_path=outcome.trajectory_path),
-        failures=tuple(failures),
-    )
-
-
-def _patch_facts(unit: WorkUnit, trace: _Trace, verdict: Verdict | None, patch: str) -> dict[str, Any]:
-    """The row's record of the caps in force and the one that decided the task, if any, and the
-    patch's reward-hacking flags (grading/flags.py: facts, never a change of the verdict)."""
-    over_output = verdict is not None and verdict.output_over_cap
-    return {
-        "patch_bytes": trace.patch_bytes,
-        "max_patch_bytes": unit.max_patch_bytes,
-        "max_output_bytes": MAX_OUTPUT_BYTES,
-        "limit_hit": trace.limit_hit or ("eval_output_bytes" if over_output else None),
-        "flags": patch_flags(patch, unit.instance.test_patch),
-    }
-
-
-def artifacts(result: TaskResult, trace: _Trace, verdict: Verdict | None) -> dict[str, str]:
-    """The task's files for the run directory (the driver writes them)."""
-    files = {
-        "patch.diff": result.model_patch,
-        "agent.log": "\n".join(trace.log_lines) + "\n" if trace.log_lines else "",
-    }
-    if verdict is not None:
-        files["eval.sh"] = verdict.eval_script
-        files["test_output.txt"] = verdict.test_output
-        files["apply.log"] = verdict.apply_log
-        files["report.json"] = json.dumps(verdict.report(result.instance_id), indent=2) + "\n"
-    if result.error:
-        files["error.txt"] = result.error + "\n"
-    return files

@@ -1,7 +1,8 @@
 """The worker side: objects built from units of work, shared by every unit one process runs.
 
 A provider object per (provider name, config) keeps one concurrency bound for all its sandboxes;
-an agent object per (agent, model) cell; one image resolver, so each image is built once.
+an agent object per (agent config, model); one image resolver, so each image is built once. A unit
+runs with these handed to it (:class:`~anyswe.execute.task.TaskTools`): the task never asks the worker.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 from anyswe.agents import agent_class
 from anyswe.config import cache_dir
 from anyswe.errors import RuntimeNotAvailable, SandboxError
+from anyswe.execute.classify import failed_output
 from anyswe.execute.runner import Runner
 from anyswe.execute.seal import SealedImages
+from anyswe.execute.task import TaskTools, run_task
 from anyswe.images.resolve import ImageResolver
 from anyswe.sandbox import provider_class
 from anyswe.sandbox.labels import LABEL_OWNER, LABEL_RUN, LABEL_TASK, current_owner, owner_alive
@@ -35,7 +38,7 @@ class Worker(Runner):
 
     def __init__(self) -> None:
         self._providers: dict[tuple[str, str], SandboxProvider[Any]] = {}
-        self._agents: dict[tuple[str, str | None], Agent] = {}
+        self._agents: dict[tuple[str, str], Agent] = {}
         self.images = ImageResolver()
         self.seals = SealedImages(cache_dir() / "seals")
 
@@ -46,7 +49,8 @@ class Worker(Runner):
         return self._providers[key]
 
     def agent(self, unit: WorkUnit) -> Agent:
-        key = (unit.cell.agent, unit.cell.model)
+        # By content, not by cell name: rollouts name every cell of an agent type alike, whatever its config.
+        key = (unit.agent.model_dump_json(), unit.model.model_dump_json() if unit.model is not None else "")
         if key not in self._agents:
             self._agents[key] = agent_class(unit.agent.type)(unit.agent, unit.model)
         return self._agents[key]
@@ -56,14 +60,15 @@ class Worker(Runner):
         providers = {id(p): p for p in (self.provider(u) for u in units)}
         await asyncio.gather(*(p.check() for p in providers.values()))
 
-    async def run(self, unit: WorkUnit) -> TaskOutput:
-        from anyswe.execute.task import run_task
+    def tools(self, unit: WorkUnit) -> TaskTools:
+        """What ``unit`` runs with: this worker's provider and agent for it, its image resolver and seals."""
+        return TaskTools(self.provider(unit), self.agent(unit), self.images, self.seals)
 
+    async def run(self, unit: WorkUnit) -> TaskOutput:
         endpoint = unit.endpoint
         if endpoint is None or endpoint.relay is None:
-            return await run_task(unit, self)
+            return await run_task(unit, self.tools(unit))
         # The gateway is on the driver's machine: this unit's calls go through a relay here.
-        from anyswe.execute.task import failed_output
         from anyswe.gateway.relay import Relay
         from anyswe.results.schema import Failure
 
@@ -73,7 +78,7 @@ class Worker(Runner):
         except RuntimeNotAvailable as exc:
             return failed_output(unit, "infra", str(exc), source="relay")
         async with relay:
-            output = await run_task(dataclasses.replace(unit, endpoint=relay.endpoint(endpoint)), self)
+            output = await run_task(dataclasses.replace(unit, endpoint=relay.endpoint(endpoint)), self.tools(unit))
         result = output.result
         if relay.failures and not result.resolved and result.error_kind in (None, "agent"):
             # Calls that never reached the model say nothing about the agent: an infra error, run again.

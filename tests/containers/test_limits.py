@@ -265,7 +265,8 @@ def test_a_patch_over_the_cap_fails_the_task_and_stays_out_of_the_run_directory(
 def test_a_100_mb_file_captured_is_over_the_patch_cap(docker_image: str, tmp_path: Path) -> None:
     """The issue's case: a 100 MB file in the repository. Capture keeps 16 MiB of it, the cap refuses it."""
     from anyswe.agents import AgentOutcome, ExitReason
-    from anyswe.execute.task import AgentRun, _Trace, capture_patch, patch_within_cap
+    from anyswe.execute.classify import AgentRun, Trace
+    from anyswe.execute.task import capture_patch, patch_within_cap
     from anyswe.execute.unit import make_unit
     from anyswe.plan import make_plan
     from anyswe.spec import load_spec
@@ -284,7 +285,7 @@ def test_a_100_mb_file_captured_is_over_the_patch_cap(docker_image: str, tmp_pat
 
     patch = run(go())
     assert "bytes of stdout cut here" in patch
-    trace, agent_run = _Trace(), AgentRun(AgentOutcome(exit_reason=ExitReason.SUBMITTED))
+    trace, agent_run = Trace(), AgentRun(AgentOutcome(exit_reason=ExitReason.SUBMITTED))
     assert patch_within_cap(unit, agent_run, patch, trace) == ""
     assert trace.limit_hit == "max_patch_bytes" and "bytes or more, over the 10485760-byte cap" in str(agent_run.error)
 

@@ -10,7 +10,8 @@ import pytest
 from anyswe import _proc
 from anyswe.agents import AgentOutcome, ExitReason
 from anyswe.errors import SpecError
-from anyswe.execute.task import AgentRun, _Trace, artifacts, classify, patch_within_cap
+from anyswe.execute.classify import AgentRun, Trace, artifacts, classify
+from anyswe.execute.task import patch_within_cap
 from anyswe.execute.unit import WorkUnit, make_unit
 from anyswe.grading import Verdict, get_harness
 from anyswe.grading.ladder import empty_patch_verdict
@@ -38,7 +39,7 @@ def unit(tmp_path: Path, *overrides: str) -> WorkUnit:
 def finished(u: WorkUnit, patch: str) -> tuple[TaskResult, dict[str, str]]:
     """What classify makes of an agent that submitted ``patch`` (graded as the task would: an empty
     patch needs no sandbox)."""
-    trace, run = _Trace(), AgentRun(AgentOutcome(exit_reason=ExitReason.SUBMITTED))
+    trace, run = Trace(), AgentRun(AgentOutcome(exit_reason=ExitReason.SUBMITTED))
     graded = patch_within_cap(u, run, patch, trace)
     verdict = empty_patch_verdict(u.instance, get_harness(u.harness)) if not graded else None
     result = classify(u, trace, run, graded, verdict, image="img", started_at="now").row()
@@ -60,7 +61,7 @@ def test_a_patch_over_the_cap_is_the_agents_failure_and_is_not_kept(tmp_path: Pa
 
 def test_a_patch_within_the_cap_is_graded_and_kept(tmp_path: Path) -> None:
     u = unit(tmp_path)
-    trace, run = _Trace(), AgentRun(AgentOutcome(exit_reason=ExitReason.SUBMITTED))
+    trace, run = Trace(), AgentRun(AgentOutcome(exit_reason=ExitReason.SUBMITTED))
     patch = "diff --git a/x b/x\n+é\n"
     assert patch_within_cap(u, run, patch, trace) == patch and run.error is None
     result = classify(u, trace, run, patch, None, image="img", started_at="now").row()
@@ -72,7 +73,7 @@ def test_a_patch_cut_by_the_output_cap_says_its_size_is_a_floor(tmp_path: Path) 
     u = unit(tmp_path)
     run = AgentRun(AgentOutcome(exit_reason=ExitReason.ERROR), error="AgentError: it crashed")
     cut = "+" * (_proc.MAX_OUTPUT_BYTES + 50)
-    assert patch_within_cap(u, run, cut, _Trace()) == ""
+    assert patch_within_cap(u, run, cut, Trace()) == ""
     # The agent's own error is kept, the cap's follows it.
     assert run.error is not None and run.error.startswith("AgentError: it crashed; PatchTooLarge: ")
     assert f"{_proc.MAX_OUTPUT_BYTES + 50} bytes or more, over the {_proc.MAX_PATCH_BYTES}-byte cap" in run.error
@@ -82,7 +83,7 @@ def test_an_eval_log_over_its_cap_is_recorded_as_the_limit_hit_and_counts(tmp_pa
     u = unit(tmp_path)
     verdict = Verdict(resolved=False, patch_exists=True, patch_applied=True, output_over_cap=True)
     result = classify(
-        u, _Trace(), AgentRun(AgentOutcome(exit_reason=ExitReason.SUBMITTED)), "p", verdict, image="i", started_at=""
+        u, Trace(), AgentRun(AgentOutcome(exit_reason=ExitReason.SUBMITTED)), "p", verdict, image="i", started_at=""
     ).row()
     assert (result.resolved, result.error_kind, result.mask_sample) == (False, None, False)
     assert result.limit_hit == "eval_output_bytes"

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from anyswe.execute.task import _Trace
+from anyswe.execute.classify import Trace
 
 
 def test_phases_partition_the_wall_time_through_gaps_and_failures() -> None:
-    async def go() -> _Trace:
-        trace = _Trace()
+    async def go() -> Trace:
+        trace = Trace()
         t0 = time.monotonic()
         with trace.phase("time_image"):
             await asyncio.sleep(0.02)
@@ -36,4 +36,4 @@ def test_phases_partition_the_wall_time_through_gaps_and_failures() -> None:
 
 
 def test_a_task_that_never_started_has_no_times() -> None:
-    assert _Trace().times == {}
+    assert Trace().times == {}

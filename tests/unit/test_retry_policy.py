@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from anyswe.errors import ImageNotFound, InfraError, SandboxLost, WrongImage
+from anyswe.execute.classify import failed_output
 from anyswe.execute.local import _Driver
 from anyswe.execute.progress import make_progress
 from anyswe.execute.session import Session
-from anyswe.execute.task import failed_output
 from anyswe.execute.unit import TaskOutput, WorkUnit, make_unit
 from anyswe.plan import make_plan
 from anyswe.results.store import RunStore
