@@ -99,8 +99,7 @@ class Server:
         """One rollout for one run request; the Gym-shaped response."""
         assert self.session is not None
         instance, blocks = self.blocks(body)
-        first = self.session.unit(instance, **blocks)  # bad input is refused before it waits
-        unit = self.session.unit(instance, **blocks, sample=self.session.next_sample(first.instance.instance_id))
+        unit = self.session.unit(instance, **blocks, sample="next")  # bad input is refused before it waits
         if self.waiting >= self.config.queue and self._slots.locked():
             raise _Busy(f"{self.running} rollouts run and {self.waiting} wait (queue {self.config.queue})")
         started = time.monotonic()

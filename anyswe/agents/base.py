@@ -70,8 +70,6 @@ class AgentContext:
     timeout: float
     #: The model endpoint of this task's cell (None for model-free agents).
     model: ModelEndpoint | None = None
-    #: A turn cap the agent should honour (None: the agent's own default).
-    max_turns: int | None = None
     #: Only for the model-free reference agent `gold`: the reference patch.
     reference_patch: str | None = None
     #: A per-task host directory for the agent's own state (agents that run in the sandbox mount it).

@@ -57,7 +57,7 @@ class CliAgent(Agent):
         return self.config.prompt.format(problem_statement=ctx.task.problem_statement, workdir=ctx.workdir)
 
     def turns(self, ctx: AgentContext) -> str:
-        return str(ctx.max_turns or self.config.max_turns)
+        return str(self.config.max_turns)
 
     def prepare(self) -> Path:
         """Build (once) and return the agent's bundle on the host."""

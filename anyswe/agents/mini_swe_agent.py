@@ -262,7 +262,7 @@ class MiniSweAgent(Agent):
             env,
             system_template=settings["agent"]["system_template"],
             instance_template=settings["agent"]["instance_template"],
-            step_limit=ctx.max_turns or self.config.step_limit,
+            step_limit=self.config.step_limit,
             cost_limit=0,
             wall_time_limit_seconds=int(ctx.timeout),
             output_path=traj,

@@ -82,7 +82,8 @@ class _Driver:
 
     async def attempt(self, unit: WorkUnit) -> TaskOutput:
         async with self.slots:
-            output = await self.session.attempt(unit, self.store.task_dir(unit.key))
+            with self.session.task_dir(unit) as task_dir:
+                output = await self.session.attempt(unit, task_dir)
         # The summary counts the row as written (one that could not be recorded is an error).
         return await self.session.record(output)
 

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from anyswe.agents import ExitReason, agent_class
+from anyswe.agents import ExitReason
 from anyswe.errors import AgentError
 from anyswe.execute.unit import TaskOutput, WorkUnit
 from anyswe.gateway import Budget, Gateway, Grant, ScriptedModel
@@ -23,7 +23,6 @@ from anyswe.gateway.relay import join_address
 from anyswe.gateway.replay import ReplayModel
 from anyswe.gateway.server import Upstream
 from anyswe.gateway.upstream import HttpUpstream
-from anyswe.grading import get_harness
 from anyswe.model import ModelEndpoint, ModelSpec
 from anyswe.results.schema import Failure
 
@@ -40,10 +39,10 @@ def is_loopback(host: str) -> bool:
 
 def scripted_upstream(unit: WorkUnit, model: ModelSpec) -> ScriptedModel:
     """The scripted model for one task: its script file, or the oracle of its reference patch."""
-    submit = agent_class(unit.agent.type).submit_command
+    submit = unit.submit_command
     manner: dict[str, Any] = {"misbehave": model.misbehave, "delay": model.delay}
     if model.script is None:
-        return ScriptedModel.oracle(unit.instance.patch, get_harness(unit.harness).workdir, submit=submit, **manner)
+        return ScriptedModel.oracle(unit.instance.patch, unit.workdir, submit=submit, **manner)
     path = model.script / f"{unit.instance.instance_id}.json"
     try:
         steps = json.loads(path.read_text())["steps"]
@@ -52,28 +51,12 @@ def scripted_upstream(unit: WorkUnit, model: ModelSpec) -> ScriptedModel:
     return ScriptedModel([str(s) for s in steps], submit=submit, **manner)
 
 
-def replay_upstream(unit: WorkUnit, model: ModelSpec) -> ReplayModel:
-    """The recorded trajectory of the same agent, instance and sample in the replayed run."""
-    from anyswe.results.store import latest_attempts, read_results
-    from anyswe.sandbox import provider_rank
-
-    assert model.replay is not None
-    run, recorded_model = model.replay.run, model.replay.model or unit.cell.model
-    wanted = (unit.cell.agent, recorded_model, unit.instance.instance_id, unit.sample)
-    candidates = [
-        r
-        for r in latest_attempts(read_results(run / "results.jsonl"))
-        if (r.agent, r.model, r.instance_id, r.sample) == wanted
-        and (model.replay.provider is None or r.provider == model.replay.provider)
-        and r.trajectory_path
-    ]
-    if not candidates:
-        raise AgentError(
-            f"replay: {run} has no recorded calls of {unit.cell.agent} x {recorded_model} on "
-            f"{unit.instance.instance_id} (sample {unit.sample})"
-        )
-    chosen = min(candidates, key=lambda r: (provider_rank(r.provider_type), r.provider))
-    return ReplayModel.load(run / str(chosen.trajectory_path))
+def replay_upstream(unit: WorkUnit) -> ReplayModel:
+    """The recorded trajectory the unit was given (chosen when it was built), served again."""
+    assert unit.replay is not None
+    if unit.replay.trajectory is None:
+        raise AgentError(unit.replay.error or "replay: no recorded trajectory")
+    return ReplayModel.load(unit.replay.trajectory)
 
 
 async def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[WorkUnit, str | None]:
@@ -86,11 +69,11 @@ async def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tupl
         calls=model.budget.calls,
         tokens=model.budget.tokens,
         seconds=model.budget.seconds,
-        turns=agent_class(unit.agent.type).gateway_turn_cap(unit.agent),
+        turns=unit.gateway_turns,
     )
     upstream: Upstream
-    if model.replay is not None:
-        upstream = replay_upstream(unit, model)
+    if unit.replay is not None:
+        upstream = replay_upstream(unit)
     elif model.api == "scripted":
         upstream = scripted_upstream(unit, model)
     else:

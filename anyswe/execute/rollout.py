@@ -16,12 +16,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
@@ -117,9 +115,11 @@ class Rollouts:
         harness: str | None = None,
         timeouts: Mapping[str, float] | None = None,
         max_patch_bytes: int | None = None,
-        sample: int = 0,
+        sample: int | Literal["next"] = 0,
     ) -> WorkUnit:
-        """The unit of work a rollout runs: a one-task plan of these blocks, as a spec would give."""
+        """The unit of work a rollout runs: a one-task plan of these blocks, as a spec would give.
+        ``sample="next"``: the instance's next sample (:meth:`next_sample`), taken once the blocks are
+        valid, so a refused request takes no sample number."""
         from anyswe.execute.blocks import config_block, model_block
         from anyswe.execute.grade import dataset_and_instance
         from anyswe.execute.unit import make_unit
@@ -153,6 +153,8 @@ class Rollouts:
         # The plan's one task, as sample ``sample`` (a plan of sample+1 tasks would grow with every
         # rollout of an instance a server is asked for).
         (first,) = plan.tasks
+        if sample == "next":
+            sample = self.next_sample(first.instance_id)
         key = task_key(spec, first.cell, plan.instance(first.instance_id), sample, plan.harness_name)
         task = dataclasses.replace(first, sample=sample, key=key)
         store = self.session.store
@@ -191,12 +193,7 @@ class Rollouts:
         if runtime not in self._checked:  # a runtime (or a cluster) that answered once is not asked again
             await self.runner.check([unit])
             self._checked.add(runtime)
-        store, scratch = self.session.store, None
-        if store is not None:
-            task_dir = store.task_dir(unit.key)
-        else:
-            task_dir = scratch = Path(tempfile.mkdtemp(prefix="anyswe-rollout-"))
-        try:
+        with self.session.task_dir(unit) as task_dir:
             output = await self.session.attempt(unit, task_dir)
             trajectory_file = task_dir / TRAJECTORY
             if output.result.trajectory_path:  # kept apart under the attempt's own name on an infra error
@@ -211,9 +208,6 @@ class Rollouts:
                 error = f"the trajectory could not be read whole: {'; '.join(lost[:3])}"
                 output = output.failed(Failure(kind="infra", source="trajectory", message=error))
             output = await self.session.record(output)
-        finally:
-            if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
         return Rollout.of(output, steps, self.run_dir, lost)
 
 

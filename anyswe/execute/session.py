@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -86,6 +87,19 @@ class Session:
                 )
                 self._gateway_context = stack
         return self._gateway
+
+    @contextlib.contextmanager
+    def task_dir(self, unit: WorkUnit) -> Iterator[Path]:
+        """Where an attempt's trajectory and files go: the task's directory in the run, or (a session
+        that records nowhere) a scratch directory removed afterwards."""
+        if self.store is not None:
+            yield self.store.task_dir(unit.key)
+            return
+        scratch = Path(tempfile.mkdtemp(prefix="anyswe-rollout-"))
+        try:
+            yield scratch
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     async def attempt(self, unit: WorkUnit, task_dir: Path) -> TaskOutput:
         """One attempt at one task, the same for every caller: a grant of the model (its trajectory into

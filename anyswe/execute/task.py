@@ -30,7 +30,6 @@ from anyswe.execute.classify import AgentRun, Trace, artifacts, classify, now
 from anyswe.execute.grade import grade_in_sandbox, stopped_on_failure
 from anyswe.execute.seal import SealedImages, check_starting_point, seal_repository
 from anyswe.execute.unit import TaskOutput
-from anyswe.grading import get_harness
 from anyswe.grading.diffs import touched_files
 from anyswe.sandbox import SandboxRequest
 from anyswe.sandbox.provider import Provenance
@@ -78,7 +77,7 @@ async def work(
     ctx = AgentContext(
         sandbox=sandbox,
         task=unit.instance.agent_view(),
-        workdir=harness.workdir,
+        workdir=unit.workdir,
         timeout=unit.agent_timeout,
         model=unit.endpoint,
         reference_patch=unit.instance.patch if agent.needs_reference else None,
@@ -87,12 +86,12 @@ async def work(
     )
     base = unit.instance.base_commit
     with trace.phase("time_seal"):
-        check = functools.partial(seal_repository, sandbox, harness.workdir, base)
+        check = functools.partial(seal_repository, sandbox, unit.workdir, base)
         seal = await seals.check(image_key, check)
         if seal.finding != "sealed":
             trace.log_lines.append(f"repository before the agent: {seal.finding}")
         # Computed here, on the host: neither patch ever enters the agent's sandbox.
-        check_starting_point(seal, base, forbidden_files(unit.instance), harness.workdir)
+        check_starting_point(seal, base, forbidden_files(unit.instance), unit.workdir)
     if seal.commits:
         trace.log_lines.append(f"starting point: {seal.head}, {len(seal.commits)} commit(s) after the base {base}")
     with trace.phase("time_agent"):
@@ -122,7 +121,7 @@ async def _after_agent(
     with trace.phase("time_patch_capture"):
         if patch is None:
             try:
-                patch = await capture_patch(sandbox, harness.workdir, head, agent.capture_excludes)
+                patch = await capture_patch(sandbox, unit.workdir, head, agent.capture_excludes)
             except PatchCaptureFailed as exc:
                 await sandbox.check_alive("the patch capture", settle=2)  # a sandbox lost is not the agent's
                 run.fail(f"{type(exc).__name__}: {exc}")
@@ -178,6 +177,7 @@ class TaskTools:
 
     provider: SandboxProvider[Any]
     agent: Agent
+    harness: Harness
     images: ImageResolver
     seals: SealedImages
 
@@ -192,7 +192,7 @@ async def run_task(unit: WorkUnit, tools: TaskTools) -> TaskOutput:
     patch = ""
     verdict: Verdict | None = None
     try:
-        provider, agent, harness = tools.provider, tools.agent, get_harness(unit.harness)
+        provider, agent, harness = tools.provider, tools.agent, tools.harness
         with trace.phase("time_image"):
             image = await tools.images.image_for(provider, unit.image, unit.instance)
             provenance = await tools.images.provenance(provider, image)
@@ -208,7 +208,7 @@ async def run_task(unit: WorkUnit, tools: TaskTools) -> TaskOutput:
             remove_state()
             raise
         with stopped_on_failure(sandbox, remove_state):
-            key = _image_key(sandbox, harness.workdir, unit.instance.base_commit)
+            key = _image_key(sandbox, unit.workdir, unit.instance.base_commit)
             run, patch = await work(unit, agent, harness, sandbox, trace, state_dir, tools.seals, key)
         with trace.phase("time_grading"):
             # The grading sandbox starts while the agent's is being removed.

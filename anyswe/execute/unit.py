@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anyswe._proc import MAX_PATCH_BYTES
@@ -24,6 +25,15 @@ if TYPE_CHECKING:
     from anyswe.plan import Cell, Plan, Task
     from anyswe.results.schema import Failure, TaskResult
     from anyswe.sandbox import ProviderConfig
+
+
+@dataclass(frozen=True)
+class ReplaySource:
+    """The recorded trajectory a replay model serves, or why the replayed run has none (then that
+    task, and only it, fails with the agent's error)."""
+
+    trajectory: Path | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,14 @@ class WorkUnit:
     harness: str
     agent_timeout: float
     grading_timeout: float
+    #: Where the repository is in the task's image (the harness's workdir).
+    workdir: str = "/testbed"
+    #: The command that ends the agent's work, for a scripted model's last reply (the agent's own).
+    submit_command: str | None = None
+    #: The turns the gateway allows (an agent that cannot cap its own turns; None: no cap).
+    gateway_turns: int | None = None
+    #: A replay model's recorded trajectory, chosen when the unit is built.
+    replay: ReplaySource | None = None
     #: The gateway endpoint and per-task token, filled in by the driver when the task starts.
     endpoint: ModelEndpoint | None = None
     #: A bigger patch is the agent's failure (spec limits.max_patch_bytes).
@@ -78,9 +96,16 @@ def _provider_config(plan: Plan, name: str) -> ProviderConfig:
 
 
 def make_unit(plan: Plan, task: Task, *, run_id: str, attempt: int) -> WorkUnit:
-    """The unit of work for one task of ``plan``."""
+    """The unit of work for one task of ``plan``: everything its stages need, resolved here."""
+    from anyswe.agents import agent_class
+    from anyswe.grading import get_harness
+
     spec = plan.spec
     provider = _provider_config(plan, task.cell.provider)
+    instance = plan.instance(task.instance_id)
+    agent = spec.agents[task.cell.agent]
+    model = spec.models[task.cell.model] if task.cell.model else None
+    agent_cls = agent_class(agent.type)
     return WorkUnit(
         key=task.key,
         cell=task.cell,
@@ -88,13 +113,58 @@ def make_unit(plan: Plan, task: Task, *, run_id: str, attempt: int) -> WorkUnit:
         attempt=attempt,
         spec_name=spec.name,
         run_id=run_id,
-        instance=plan.instance(task.instance_id),
-        agent=spec.agents[task.cell.agent],
-        model=spec.models[task.cell.model] if task.cell.model else None,
+        instance=instance,
+        agent=agent,
+        model=model,
         provider=provider,
-        image=ImageSource.choose(plan.dataset, provider),
+        image=ImageSource.choose(plan.dataset, provider).of(instance),
         harness=task.harness,
         agent_timeout=spec.timeouts.agent,
         grading_timeout=spec.timeouts.grading,
         max_patch_bytes=spec.limits.max_patch_bytes,
+        workdir=get_harness(task.harness).workdir,
+        submit_command=agent_cls.submit_command,
+        gateway_turns=agent_cls.gateway_turn_cap(agent),
+        replay=replay_source(model, task.cell, instance.instance_id, task.sample),
     )
+
+
+def replay_source(model: ModelSpec | None, cell: Cell, instance_id: str, sample: int) -> ReplaySource | None:
+    """The trajectory of the same agent, instance and sample in the run ``model`` replays (the
+    reference backend's when several ran it); None for a model that replays nothing."""
+    if model is None or model.replay is None:
+        return None
+    from anyswe.sandbox import provider_rank
+
+    run, recorded_model = model.replay.run, model.replay.model or cell.model
+    wanted = (cell.agent, recorded_model, instance_id, sample)
+    candidates = [
+        r
+        for r in _recorded(run / "results.jsonl")
+        if (r.agent, r.model, r.instance_id, r.sample) == wanted
+        and (model.replay.provider is None or r.provider == model.replay.provider)
+        and r.trajectory_path
+    ]
+    if not candidates:
+        return ReplaySource(
+            error=f"replay: {run} has no recorded calls of {cell.agent} x {recorded_model} on "
+            f"{instance_id} (sample {sample})"
+        )
+    chosen = min(candidates, key=lambda r: (provider_rank(r.provider_type), r.provider))
+    return ReplaySource(trajectory=run / str(chosen.trajectory_path))
+
+
+def _recorded(results: Path) -> list[TaskResult]:
+    """The latest attempts of a replayed run, read once per file version (every unit of a run asks)."""
+    try:
+        stat = results.stat()
+    except OSError:
+        return []
+    return _read_recorded(str(results), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_recorded(path: str, size: int, mtime_ns: int) -> list[TaskResult]:
+    from anyswe.results.store import latest_attempts, read_results
+
+    return list(latest_attempts(read_results(Path(path))))

@@ -19,6 +19,7 @@ from anyswe.execute.classify import failed_output
 from anyswe.execute.runner import Runner
 from anyswe.execute.seal import SealedImages
 from anyswe.execute.task import TaskTools, run_task
+from anyswe.grading import get_harness
 from anyswe.images.resolve import ImageResolver
 from anyswe.sandbox import provider_class
 from anyswe.sandbox.labels import LABEL_OWNER, LABEL_RUN, LABEL_TASK, current_owner, owner_alive
@@ -61,8 +62,8 @@ class Worker(Runner):
         await asyncio.gather(*(p.check() for p in providers.values()))
 
     def tools(self, unit: WorkUnit) -> TaskTools:
-        """What ``unit`` runs with: this worker's provider and agent for it, its image resolver and seals."""
-        return TaskTools(self.provider(unit), self.agent(unit), self.images, self.seals)
+        """What ``unit`` runs with: this worker's provider and agent for it, its harness, images and seals."""
+        return TaskTools(self.provider(unit), self.agent(unit), get_harness(unit.harness), self.images, self.seals)
 
     async def run(self, unit: WorkUnit) -> TaskOutput:
         endpoint = unit.endpoint

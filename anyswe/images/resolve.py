@@ -32,6 +32,8 @@ class ImageSource:
     template: str | None = None
     #: A dataset (by name) that builds its task images locally.
     build_dataset: str | None = None
+    #: The reference itself, the template filled in for one instance (:meth:`of`).
+    ref: str | None = None
 
     @classmethod
     def choose(cls, dataset: Dataset, provider: ProviderConfig) -> ImageSource:
@@ -41,6 +43,12 @@ class ImageSource:
         if dataset.builds_images:
             return cls(build_dataset=dataset.name)
         return cls(template=dataset.image_template)
+
+    def of(self, instance: Instance) -> ImageSource:
+        """This source for one instance: a template filled in (a build stays the node's to make)."""
+        if self.template is None:
+            return self
+        return ImageSource(ref=format_image(self.template, instance))
 
 
 class ImageResolver:
@@ -59,6 +67,8 @@ class ImageResolver:
         return await asyncio.shield(fut)
 
     async def stored_image(self, source: ImageSource, instance: Instance) -> str:
+        if source.ref is not None:
+            return source.ref
         if source.template is not None:
             return format_image(source.template, instance)
         if source.build_dataset is not None:
