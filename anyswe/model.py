@@ -9,13 +9,28 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-Protocol = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+
+def _known_protocol(name: str) -> str:
+    """``name`` if a wire protocol is registered under it (gateway/protocols.py; plugins included)."""
+    from anyswe.gateway.protocols import PROTOCOLS
+
+    if name not in PROTOCOLS and ":" not in name:
+        raise ValueError(f"unknown protocol {name!r}; known: {', '.join(PROTOCOLS.names())}")
+    return name
+
+
+def _known_api(name: str) -> str:
+    return name if name == "scripted" else _known_protocol(name)
+
+
+#: A wire protocol's name: openai-chat, openai-responses, anthropic-messages, or a plugin's.
+Protocol = Annotated[str, AfterValidator(_known_protocol)]
 
 
 class BudgetSpec(BaseModel):
@@ -66,7 +81,9 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    api: Protocol | Literal["scripted"]
+    api: Annotated[str, AfterValidator(_known_api)] = Field(
+        description="The protocol to speak to the upstream, or `scripted` (anyswe's own model)."
+    )
     model: str = Field(default="scripted", description="The model id sent to the API.")
     base_url: str | None = None
     base_url_env: str | None = Field(

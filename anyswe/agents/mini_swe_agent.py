@@ -22,6 +22,7 @@ from pydantic import ConfigDict, Field
 from anyswe._threads import in_thread
 from anyswe.agents.base import Agent, AgentConfig, AgentContext, AgentOutcome, ExitReason
 from anyswe.errors import AgentError
+from anyswe.gateway.protocols import wire_protocol
 from anyswe.sandbox.request import neutral
 
 if TYPE_CHECKING:
@@ -36,11 +37,6 @@ _EXIT_REASONS = {
 }
 
 #: litellm's model prefix for each protocol anyswe's gateway speaks.
-_LITELLM_PREFIX = {
-    "openai-chat": "openai/",
-    "openai-responses": "openai/responses/",
-    "anthropic-messages": "anthropic/",
-}
 
 
 #: The transcript's default cap. mini-swe-agent keeps each command's whole output in its transcript
@@ -240,7 +236,7 @@ class MiniSweAgent(Agent):
         base = endpoint.base_url if endpoint.api == "anthropic-messages" else endpoint.base_url + "/v1"
         model = _StoppableModel(
             stop,
-            model_name=_LITELLM_PREFIX[endpoint.api] + endpoint.model,
+            model_name=wire_protocol(endpoint.api).litellm_prefix + endpoint.model,
             model_kwargs={
                 **settings["model"].get("model_kwargs", {}),
                 **endpoint.params,

@@ -118,24 +118,30 @@ def _response(reply: Reply | None, model: str, resp_id: str, items: list[dict[st
     }
 
 
-def render_json(protocol: Protocol, reply: Reply, model: str) -> dict[str, Any]:
-    """The non-streaming response body."""
-    if protocol == "anthropic-messages":
-        return _anthropic_message(reply, model, _id("msg_"))
-    if protocol == "openai-chat":
-        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
-        if reply.reasoning:  # as vLLM's reasoning parsers and DeepSeek return it (Anthropic's needs a signature)
-            message["reasoning_content"] = reply.reasoning
-        if reply.tool_calls:
-            message["tool_calls"] = [_chat_tool_call(c) for c in reply.tool_calls]
-        return {
-            "id": _id("chatcmpl-"),
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": _CHAT_STOP[reply.stop]}],
-            "usage": _chat_usage(reply.usage),
-        }
+def chat_json(reply: Reply, model: str) -> dict[str, Any]:
+    """A chat completion."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    if reply.reasoning:  # as vLLM's reasoning parsers and DeepSeek return it (Anthropic's needs a signature)
+        message["reasoning_content"] = reply.reasoning
+    if reply.tool_calls:
+        message["tool_calls"] = [_chat_tool_call(c) for c in reply.tool_calls]
+    return {
+        "id": _id("chatcmpl-"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": _CHAT_STOP[reply.stop]}],
+        "usage": _chat_usage(reply.usage),
+    }
+
+
+def anthropic_json(reply: Reply, model: str) -> dict[str, Any]:
+    """An Anthropic message."""
+    return _anthropic_message(reply, model, _id("msg_"))
+
+
+def responses_json(reply: Reply, model: str) -> dict[str, Any]:
+    """An OpenAI response."""
     return _response(reply, model, _id("resp_"), _responses_items(reply))
 
 
@@ -148,7 +154,7 @@ def _sse(event: str | None, data: dict[str, Any]) -> bytes:
     return f"{head}data: {json.dumps(data)}\n\n".encode()
 
 
-def _anthropic_stream(reply: Reply, model: str) -> Iterator[bytes]:
+def anthropic_stream(reply: Reply, model: str) -> Iterator[bytes]:
     start = _anthropic_message(Reply(usage=Usage(input_tokens=reply.usage.input_tokens)), model, _id("msg_"))
     start.update(content=[], stop_reason=None)
     start["usage"]["output_tokens"] = 1
@@ -176,7 +182,7 @@ def _anthropic_stream(reply: Reply, model: str) -> Iterator[bytes]:
     yield _sse("message_stop", {"type": "message_stop"})
 
 
-def _chat_stream(reply: Reply, model: str, include_usage: bool) -> Iterator[bytes]:
+def chat_stream(reply: Reply, model: str, include_usage: bool) -> Iterator[bytes]:
     base = {"id": _id("chatcmpl-"), "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -199,7 +205,7 @@ def _chat_stream(reply: Reply, model: str, include_usage: bool) -> Iterator[byte
     yield b"data: [DONE]\n\n"
 
 
-def _responses_stream(reply: Reply, model: str) -> Iterator[bytes]:
+def responses_stream(reply: Reply, model: str) -> Iterator[bytes]:
     resp_id, seq = _id("resp_"), iter(range(1 << 30))
 
     def ev(kind: str, **data: Any) -> bytes:
@@ -237,17 +243,27 @@ def _responses_stream(reply: Reply, model: str) -> Iterator[bytes]:
     yield ev("response.completed", response=_response(reply, model, resp_id, items))
 
 
+def render_json(protocol: Protocol, reply: Reply, model: str) -> dict[str, Any]:
+    """The non-streaming response body, in ``protocol``'s shape."""
+    from anyswe.gateway.protocols import wire_protocol
+
+    return wire_protocol(protocol).render_json(reply, model)
+
+
 def render_stream(protocol: Protocol, reply: Reply, model: str, *, include_usage: bool = False) -> Iterator[bytes]:
     """The server-sent events of a streamed reply, in the order the official API sends them."""
-    if protocol == "anthropic-messages":
-        return _anthropic_stream(reply, model)
-    if protocol == "openai-chat":
-        return _chat_stream(reply, model, include_usage)
-    return _responses_stream(reply, model)
+    from anyswe.gateway.protocols import wire_protocol
+
+    return wire_protocol(protocol).render_stream(reply, model, include_usage)
 
 
 def render_error(protocol: Protocol, status: int, message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
     """An error body in the protocol's own shape."""
-    if protocol == "anthropic-messages":
-        return {"type": "error", "error": {"type": kind, "message": message}}
+    from anyswe.gateway.protocols import wire_protocol
+
+    return wire_protocol(protocol).render_error(status, message, kind)
+
+
+def openai_error(status: int, message: str, kind: str) -> dict[str, Any]:
+    """An error body as OpenAI's APIs (and most servers that speak them) write one."""
     return {"error": {"message": message, "type": kind, "param": None, "code": str(status)}}

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from anyswe.gateway._json import loads
 from anyswe.gateway.errors import UpstreamError, UpstreamRefused
 from anyswe.gateway.grants import Budget, Grant, Limits
+from anyswe.gateway.protocols import routes
 from anyswe.gateway.render import render_error, render_json, render_stream
 from anyswe.gateway.trajectory import Answered, Refused, flush
 from anyswe.gateway.wire import (
@@ -52,15 +53,14 @@ class Upstream(Protocol):
     def reply(self, conv: Conversation) -> Reply | Awaitable[Reply]: ...
 
 
-_ROUTES: dict[str, Wire] = {
-    "/v1/messages": "anthropic-messages",
-    "/v1/chat/completions": "openai-chat",
-    "/v1/responses": "openai-responses",
-}
-
-
-def _protocol_for(path: str) -> Wire:
-    return "anthropic-messages" if "/messages" in path else "openai-chat"
+def _protocol_for(path: str, routes: dict[str, Wire]) -> Wire:
+    """The protocol an error on an unknown ``path`` is written in: the one whose route's last part the
+    path has (``/v1/messages/count_tokens`` is an Anthropic client's), else OpenAI chat's shape."""
+    parts = path.split("/")
+    for route, protocol in routes.items():
+        if route.rsplit("/", 1)[-1] in parts:
+            return protocol
+    return "openai-chat"
 
 
 class Gateway:
@@ -68,6 +68,8 @@ class Gateway:
 
     def __init__(self, *, socket_dir: Path | None = None, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
+        #: Request path -> protocol, every registered protocol's (gateway/protocols.py).
+        self._routes = routes()
         self._grants: dict[str, Grant] = {}
         self._runner: web.ServerRunner | None = None
         self._socket_dir = socket_dir
@@ -169,13 +171,13 @@ class Gateway:
         if path.startswith("/t/"):
             token, _, rest = path[3:].partition("/")
             path = "/" + rest if token else path
-        protocol = _ROUTES.get(path)
+        protocol = self._routes.get(path)
         if protocol is not None and request.method == "POST":
             return await self._call(request, protocol, token)
         if path == "/v1/models" and request.method in ("GET", "HEAD"):
             return self._models(request, token)
         return self._error(
-            _protocol_for(request.path),
+            _protocol_for(request.path, self._routes),
             404,
             f"anyswe gateway: no route {request.method} {request.path}",
             "not_found_error",
@@ -264,7 +266,7 @@ class Gateway:
         from aiohttp import web
 
         grant = self._grant_for(request, token)
-        protocol = _protocol_for(request.path)
+        protocol = _protocol_for(request.path, self._routes)
         if grant is None:
             return self._error(protocol, 401, "invalid or expired task token", "authentication_error")
         model = {

@@ -18,11 +18,11 @@ import os
 from typing import Any
 
 from anyswe.gateway.errors import UpstreamError
+from anyswe.gateway.protocols import wire_protocol
 from anyswe.gateway.wire import Conversation, Reply, ToolCall, Usage, tool_args
 from anyswe.model import ModelSpec
 
 #: litellm's model prefix for each upstream protocol.
-_PREFIX = {"openai-chat": "openai/", "openai-responses": "openai/responses/", "anthropic-messages": "anthropic/"}
 _STOP = {"tool_calls": "tool_use", "length": "max_tokens"}
 #: Attempts litellm makes for a transient error before the agent gets it.
 RETRIES = 3
@@ -95,7 +95,7 @@ class HttpUpstream:
 
         litellm.suppress_debug_info = True
         kwargs: dict[str, Any] = {
-            "model": _PREFIX[self.spec.api] + self.spec.model,
+            "model": wire_protocol(self.spec.api).litellm_prefix + self.spec.model,
             "messages": _openai_messages(conv),
             "api_base": self.spec.endpoint_url(),
             "api_key": self._key or "none",

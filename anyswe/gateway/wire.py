@@ -13,7 +13,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Protocol = Literal["anthropic-messages", "openai-chat", "openai-responses"]
+#: A wire protocol's registered name (gateway/protocols.py): anthropic-messages, openai-chat,
+#: openai-responses, or a plugin's.
+Protocol = str
 Stop = Literal["end", "tool_use", "max_tokens"]
 
 
@@ -150,7 +152,7 @@ def tool_args(raw: Any) -> dict[str, Any]:  # JSON text or an object; bad JSON k
     return parsed if isinstance(parsed, dict) else {"_value": parsed}
 
 
-def _anthropic_messages(body: dict[str, Any]) -> list[Message]:
+def anthropic_messages(body: dict[str, Any]) -> list[Message]:
     out = [Message("system", _text(body["system"]))] if body.get("system") else []
     for m in body.get("messages") or []:
         content = m.get("content")
@@ -171,7 +173,7 @@ def _anthropic_messages(body: dict[str, Any]) -> list[Message]:
     return out
 
 
-def _chat_messages(body: dict[str, Any], known: Known | None = None) -> tuple[list[Message], int]:
+def chat_messages(body: dict[str, Any], known: Known | None = None) -> tuple[list[Message], int]:
     raw = body.get("messages") or []
     out: list[Message] = []
     if known is not None and 0 < len(known[0]) <= len(raw) and raw[: len(known[0])] == known[0]:
@@ -189,7 +191,7 @@ def _chat_messages(body: dict[str, Any], known: Known | None = None) -> tuple[li
     return out, reused
 
 
-def _responses_messages(body: dict[str, Any]) -> list[Message]:
+def responses_messages(body: dict[str, Any]) -> list[Message]:
     out = [Message("system", body["instructions"])] if body.get("instructions") else []
     items = body.get("input")
     if isinstance(items, str):
@@ -210,24 +212,6 @@ def _responses_messages(body: dict[str, Any]) -> list[Message]:
     return out
 
 
-def _tools(protocol: Protocol, body: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """The function tools offered: name -> JSON schema of its input, and name -> description."""
-    tools, descriptions = {}, {}
-    for t in body.get("tools") or []:
-        if protocol == "anthropic-messages" and "name" in t:
-            tool, schema = t, t.get("input_schema")
-        elif protocol == "openai-chat" and t.get("type") == "function":
-            tool, schema = t["function"], t["function"].get("parameters")
-        elif protocol == "openai-responses" and t.get("type") == "function":
-            tool, schema = t, t.get("parameters")
-        else:
-            continue
-        tools[tool["name"]] = schema or {}
-        if tool.get("description"):
-            descriptions[tool["name"]] = str(tool["description"])
-    return tools, descriptions
-
-
 #: A chat completions history as sent (``messages``) and as read: what :func:`read_request` may reuse.
 Known = tuple[list[Any], list[Message]]
 
@@ -237,17 +221,22 @@ def read_request(protocol: Protocol, body: Any, known: Known | None = None) -> C
 
     ``known``: a chat completions history read before (the same task's previous call). When the body's
     messages begin with it, those are not read again: the result is the same as a full reading."""
+    from anyswe.gateway.protocols import wire_protocol
+
+    wire = wire_protocol(protocol)
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
         raise WireError("the request body must be a JSON object with a `model`")
-    reused = 0
     try:
-        if protocol == "openai-chat":
-            messages, reused = _chat_messages(body, known)
-        else:
-            messages = {"anthropic-messages": _anthropic_messages, "openai-responses": _responses_messages}[protocol](
-                body
-            )
-        tools, descriptions = _tools(protocol, body)
+        messages, reused = wire.messages(body, known)
+        tools, descriptions = {}, {}
+        for entry in body.get("tools") or []:
+            found = wire.tool(entry)
+            if found is None:  # not a function tool (a server tool, a web search): nothing to offer
+                continue
+            tool, schema = found
+            tools[tool["name"]] = schema or {}
+            if tool.get("description"):
+                descriptions[tool["name"]] = str(tool["description"])
     except (KeyError, TypeError, AttributeError) as exc:
         raise WireError(f"malformed {protocol} request: {type(exc).__name__} {exc}") from None
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
