@@ -25,6 +25,12 @@ def _known_protocol(name: str) -> str:
     return name
 
 
+def _known_upstream(name: str) -> str:
+    from anyswe.execute.upstreams import known_upstream
+
+    return known_upstream(name)
+
+
 def _known_api(name: str) -> str:
     return name if name == "scripted" else _known_protocol(name)
 
@@ -96,6 +102,11 @@ class ModelSpec(BaseModel):
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     prices: PriceSpec | None = Field(default=None, description="USD per million tokens, for the cost per task.")
     replay: ReplaySpec | None = Field(default=None, description="Replay a recorded run's replies.")
+    upstream: Annotated[str, AfterValidator(_known_upstream)] | None = Field(
+        default=None,
+        description="Where replies come from: a registered upstream (http, scripted, replay) or a plugin's "
+        "(anyswe.upstreams); default: replay with a replay block, scripted for api scripted, else http.",
+    )
     misbehave: Literal["slow", "malformed", "flaky", "rate_limited", "never_submits", "context_window"] | None = Field(
         default=None, description="scripted: misbehave this way (failure tests)."
     )
@@ -111,6 +122,15 @@ class ModelSpec(BaseModel):
         description="Mask a sample whose calls' token ids do not form one growing prefix chain (compaction, "
         "retries, a rewritten history): its tokens are not what the policy generated in one context.",
     )
+
+    @property
+    def upstream_name(self) -> str:
+        """The upstream the gateway asks for this model's replies (execute/upstreams.py)."""
+        if self.upstream is not None:
+            return self.upstream
+        if self.replay is not None:
+            return "replay"
+        return "scripted" if self.api == "scripted" else "http"
 
     @property
     def agent_protocol(self) -> Protocol:
@@ -144,6 +164,8 @@ class ModelSpec(BaseModel):
     def key_payload(self) -> dict[str, Any]:
         """What of the model changes a result (and so the task key): not where it is served from."""
         payload: dict[str, Any] = {"api": self.api, "model": self.model, "params": self.params}
+        if self.upstream is not None:  # a plugin's replies are its own (unset: the keys of every earlier run)
+            payload["upstream"] = self.upstream
         if self.api == "scripted":
             payload.update(protocol=self.agent_protocol, script=self.script)
             if self.misbehave is not None:

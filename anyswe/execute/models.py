@@ -13,16 +13,13 @@ import dataclasses
 import ipaddress
 import json
 from pathlib import Path
-from typing import Any
 
 from anyswe.agents import ExitReason
-from anyswe.errors import AgentError
 from anyswe.execute.unit import TaskOutput, WorkUnit
-from anyswe.gateway import Budget, Gateway, Grant, ScriptedModel
+from anyswe.execute.upstreams import upstream_source
+from anyswe.gateway import Budget, Gateway, Grant
 from anyswe.gateway.relay import join_address
-from anyswe.gateway.replay import ReplayModel
 from anyswe.gateway.server import Upstream
-from anyswe.gateway.upstream import HttpUpstream
 from anyswe.model import ModelEndpoint, ModelSpec
 from anyswe.results.schema import Failure
 
@@ -37,28 +34,6 @@ def is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def scripted_upstream(unit: WorkUnit, model: ModelSpec) -> ScriptedModel:
-    """The scripted model for one task: its script file, or the oracle of its reference patch."""
-    submit = unit.submit_command
-    manner: dict[str, Any] = {"misbehave": model.misbehave, "delay": model.delay}
-    if model.script is None:
-        return ScriptedModel.oracle(unit.instance.patch, unit.workdir, submit=submit, **manner)
-    path = model.script / f"{unit.instance.instance_id}.json"
-    try:
-        steps = json.loads(path.read_text())["steps"]
-    except (OSError, ValueError, KeyError) as exc:
-        raise AgentError(f"scripted model: no usable script for {unit.instance.instance_id} at {path}: {exc}") from None
-    return ScriptedModel([str(s) for s in steps], submit=submit, **manner)
-
-
-def replay_upstream(unit: WorkUnit) -> ReplayModel:
-    """The recorded trajectory the unit was given (chosen when it was built), served again."""
-    assert unit.replay is not None
-    if unit.replay.trajectory is None:
-        raise AgentError(unit.replay.error or "replay: no recorded trajectory")
-    return ReplayModel.load(unit.replay.trajectory)
-
-
 async def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tuple[WorkUnit, str | None]:
     """The unit with its model endpoint (a fresh per-task token, and a socket of the task's own for its
     sandbox), and the token to revoke afterwards (which removes the socket)."""
@@ -71,13 +46,7 @@ async def grant(gateway: Gateway | None, unit: WorkUnit, task_dir: Path) -> tupl
         seconds=model.budget.seconds,
         turns=unit.gateway_turns,
     )
-    upstream: Upstream
-    if unit.replay is not None:
-        upstream = replay_upstream(unit)
-    elif model.api == "scripted":
-        upstream = scripted_upstream(unit, model)
-    else:
-        upstream = HttpUpstream(model)
+    upstream: Upstream = upstream_source(model.upstream_name).make(unit, model)
     trajectory = task_dir / TRAJECTORY
     token = gateway.grant(
         unit.key, unit.cell.model, upstream, trajectory=trajectory, budget=budget, prices=model.prices

@@ -232,6 +232,7 @@ def test_benchmarks_and_agents_are_named_only_in_their_own_packages() -> None:
         ("prepare/gold.py", "gold"),  # gold-check runs the gold agent: its whole purpose
         ("model.py", "replay"),  # a model block's replay source, not the agent
         ("spec.py", "replay"),
+        ("execute/upstreams.py", "replay"),  # the replay upstream (a model's recorded replies), not the agent
     }
     found = []
     for f in PKG.rglob("*.py"):
