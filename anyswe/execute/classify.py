@@ -18,10 +18,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from anyswe._proc import MAX_OUTPUT_BYTES
 from anyswe.agents.base import AgentOutcome
+from anyswe.execute import record as rec
 from anyswe.execute.outcome import Exit, Outcome, Usage
 from anyswe.execute.unit import TaskOutput
 from anyswe.grading.flags import patch_flags
@@ -126,6 +127,59 @@ def classify(
 ) -> Outcome:
     """The task's outcome from what the phases returned: its facts and its own failures (the row's
     verdict, reward and mask are :func:`~anyswe.execute.decide.decide`'s, read by ``Outcome.row``)."""
+    outcome = run.outcome if run is not None else AgentOutcome()
+    record = rec.Record(
+        identity=_identity(unit),
+        provenance=rec.Provenance(
+            image=image,
+            image_digest=provenance.digest if provenance else None,
+            image_source_digest=provenance.source_digest if provenance else None,
+            swebench_version=_swebench_version(),
+            eval_script_sha256=hashlib.sha256(verdict.eval_script.encode()).hexdigest() if verdict else None,
+        ),
+        patch=rec.PatchFacts(
+            model_patch=patch,
+            patch_exists=bool(verdict and verdict.patch_exists),
+            patch_applied=bool(verdict and verdict.patch_applied),
+            applied_by=verdict.applied_by if verdict else None,
+            tests_timed_out=bool(verdict and verdict.tests_timed_out),
+            patch_bytes=trace.patch_bytes,
+            flags=patch_flags(patch, unit.instance.test_patch),
+        ),
+        limits=_limits(unit, trace, verdict),
+        timings=rec.Timings(
+            started_at=started_at, finished_at=now(), **{k: v for k, v in trace.times.items() if k in TIME_FIELDS}
+        ),
+    )
+    return Outcome(
+        record=record,
+        tests_resolved=bool(verdict and verdict.resolved),
+        exit=Exit(outcome.exit_reason, run.timed_out, "host" if run.timed_out else "agent") if run else Exit(),
+        usage=Usage(**dataclasses.asdict(outcome.usage), trajectory_path=outcome.trajectory_path),
+        failures=_failures(trace, run, verdict),
+    )
+
+
+def _identity(unit: WorkUnit) -> rec.Identity:
+    return rec.Identity(
+        key=unit.key,
+        cell=unit.cell.id,
+        agent=unit.cell.agent,
+        model=unit.cell.model,
+        provider=unit.cell.provider,
+        provider_type=unit.provider.type,
+        instance_id=unit.instance.instance_id,
+        repo=unit.instance.repo,
+        sample=unit.sample,
+        attempt=unit.attempt,
+        spec=unit.spec_name,
+        run_id=unit.run_id,
+        harness=unit.harness,
+    )
+
+
+def _failures(trace: Trace, run: AgentRun | None, verdict: Verdict | None) -> tuple[Failure, ...]:
+    """The task's own failures: the one that ended its phases, else the agent's, and a patch grading refused."""
     failures = []
     if trace.error_kind is not None:
         failures.append(
@@ -135,56 +189,17 @@ def classify(
         failures.append(Failure(kind="agent", source="task", message=run.error))
     if verdict is not None and verdict.error is not None and trace.error_kind in (None, "agent"):
         failures.append(Failure(kind="agent", source="task", message=verdict.error))
-    outcome = run.outcome if run is not None else AgentOutcome()
-    record: dict[str, Any] = {
-        "key": unit.key,
-        "cell": unit.cell.id,
-        "agent": unit.cell.agent,
-        "model": unit.cell.model,
-        "provider": unit.cell.provider,
-        "provider_type": unit.provider.type,
-        "instance_id": unit.instance.instance_id,
-        "repo": unit.instance.repo,
-        "sample": unit.sample,
-        "attempt": unit.attempt,
-        "spec": unit.spec_name,
-        "run_id": unit.run_id,
-        "harness": unit.harness,
-        "image": image,
-        "image_digest": provenance.digest if provenance else None,
-        "image_source_digest": provenance.source_digest if provenance else None,
-        "swebench_version": _swebench_version(),
-        "eval_script_sha256": hashlib.sha256(verdict.eval_script.encode()).hexdigest() if verdict else None,
-        "started_at": started_at,
-        "finished_at": now(),
-        "patch_exists": bool(verdict and verdict.patch_exists),
-        "patch_applied": bool(verdict and verdict.patch_applied),
-        "applied_by": verdict.applied_by if verdict else None,
-        "tests_timed_out": bool(verdict and verdict.tests_timed_out),
-        "model_patch": patch,
-        **_patch_facts(unit, trace, verdict, patch),
-        **{name: trace.times.get(name) for name in TIME_FIELDS},
-    }
-    return Outcome(
-        record=record,
-        tests_resolved=bool(verdict and verdict.resolved),
-        exit=Exit(outcome.exit_reason, run.timed_out, "host" if run.timed_out else "agent") if run else Exit(),
-        usage=Usage(**dataclasses.asdict(outcome.usage), trajectory_path=outcome.trajectory_path),
-        failures=tuple(failures),
-    )
+    return tuple(failures)
 
 
-def _patch_facts(unit: WorkUnit, trace: Trace, verdict: Verdict | None, patch: str) -> dict[str, Any]:
-    """The row's record of the caps in force and the one that decided the task, if any, and the
-    patch's reward-hacking flags (grading/flags.py: facts, never a change of the verdict)."""
+def _limits(unit: WorkUnit, trace: Trace, verdict: Verdict | None) -> rec.Limits:
+    """The caps in force and the one that decided the task, if any."""
     over_output = verdict is not None and verdict.output_over_cap
-    return {
-        "patch_bytes": trace.patch_bytes,
-        "max_patch_bytes": unit.max_patch_bytes,
-        "max_output_bytes": MAX_OUTPUT_BYTES,
-        "limit_hit": trace.limit_hit or ("eval_output_bytes" if over_output else None),
-        "flags": patch_flags(patch, unit.instance.test_patch),
-    }
+    return rec.Limits(
+        max_patch_bytes=unit.max_patch_bytes,
+        max_output_bytes=MAX_OUTPUT_BYTES,
+        limit_hit=trace.limit_hit or ("eval_output_bytes" if over_output else None),
+    )
 
 
 def artifacts(result: TaskResult, trace: Trace, verdict: Verdict | None) -> dict[str, str]:

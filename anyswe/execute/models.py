@@ -114,7 +114,7 @@ def settle(output: TaskOutput, used: Grant, task_dir: Path, model: ModelSpec | N
     if void and "trajectory_path" in usage:
         # The task runs again, and its next attempt writes trajectory.jsonl afresh: this attempt's
         # calls (spent, and paid for) stay under a name of their own, which its row points at.
-        kept = f"trajectory.attempt-{outcome.record['attempt']}.jsonl"
+        kept = f"trajectory.attempt-{outcome.record.identity.attempt}.jsonl"
         with contextlib.suppress(OSError):
             (task_dir / TRAJECTORY).replace(task_dir / kept)
             usage["trajectory_path"] = f"tasks/{task_dir.name}/{kept}"

@@ -24,9 +24,10 @@ from typing import Any
 
 from anyswe.agents.base import AgentUsage, ExitReason
 from anyswe.execute.decide import UNTRUSTED, Facts, decide
+from anyswe.execute.record import Record
 from anyswe.results.schema import ExitBy, Failure, TaskResult
 
-__all__ = ["Exit", "Failure", "Outcome", "Usage"]
+__all__ = ["Exit", "Failure", "Outcome", "Record", "Usage"]
 
 
 @dataclass(frozen=True)
@@ -51,19 +52,13 @@ class Usage(AgentUsage):
     trajectory_path: str | None = None
 
 
-_EXIT_FIELDS = ("exit_reason", "agent_timed_out", "exit_by")
 _USAGE_FIELDS = tuple(f.name for f in dataclasses.fields(Usage))
-#: Row fields the outcome decides or derives; everything else of a row is ``record``.
-_DERIVED = frozenset(
-    {"resolved", "reward", "mask_sample", "mask_reason", "tests_resolved", "error_kind", "error", "error_permanent"}
-    | {"failures", "schema_version", *_EXIT_FIELDS, *_USAGE_FIELDS}
-)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    #: What the task's phases established once: identity, provenance, patch, caps, flags, timings (row fields).
-    record: dict[str, Any]
+    #: What the task's phases established once: identity, provenance, patch, caps, timings.
+    record: Record
     #: What the tests said (False when they never ran).
     tests_resolved: bool
     exit: Exit = field(default_factory=Exit)
@@ -71,11 +66,6 @@ class Outcome:
     failures: tuple[Failure, ...] = ()
     #: Whether the grant has settled the usage (it does so once).
     settled_usage: bool = False
-
-    def __post_init__(self) -> None:
-        stray = _DERIVED & self.record.keys()
-        if stray:
-            raise ValueError(f"Outcome.record holds {sorted(stray)}: those are the outcome's own groups")
 
     def failed(self, failure: Failure) -> Outcome:
         """This outcome with ``failure`` appended."""
@@ -117,7 +107,7 @@ class Outcome:
         not write keeps no patch: nothing of it is beside the row."""
         failure, error = self.deciding
         fields: dict[str, Any] = {
-            **self.record,
+            **self.record.fields(),
             "tests_resolved": self.tests_resolved,
             "exit_reason": self.exit.reason,
             "agent_timed_out": self.exit.timed_out,
@@ -139,7 +129,7 @@ class Outcome:
         values = row.model_dump()
         exit = Exit(row.exit_reason, row.agent_timed_out, row.exit_by, None if row.error_kind else row.error)
         return cls(
-            record={k: v for k, v in values.items() if k not in _DERIVED},
+            record=Record.of(values),
             tests_resolved=row.tests_resolved,
             exit=exit,
             usage=Usage(**{k: values[k] for k in _USAGE_FIELDS}),

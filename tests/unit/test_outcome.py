@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from anyswe.agents import ExitReason
 from anyswe.execute.decide import Facts, decide, facts_of
 from anyswe.execute.outcome import Exit, Outcome
+from anyswe.execute.record import FIELDS, Record
 from anyswe.results.schema import Failure, FailureSource, TaskResult, parse_row
 from anyswe.results.store import read_results
 
@@ -30,7 +31,7 @@ RECORD = {
 
 
 def _resolved(**kw: Any) -> Outcome:
-    return Outcome(record=dict(RECORD), tests_resolved=True, exit=Exit(E.SUBMITTED, by="agent"), **kw)
+    return Outcome(record=Record.of(RECORD), tests_resolved=True, exit=Exit(E.SUBMITTED, by="agent"), **kw)
 
 
 # Each source, the kind it states: what the task's phases, the grant, the relay on a remote node, the
@@ -104,10 +105,12 @@ def test_off_policy_masks_only_with_the_setting_on() -> None:
 
 
 def test_the_record_holds_no_decided_field_and_a_wrong_fact_fails_when_the_row_is_written() -> None:
-    with pytest.raises(ValueError, match="resolved"):
-        Outcome(record={**RECORD, "resolved": True}, tests_resolved=False)
+    # The record's typed groups hold the row's facts, none of what the outcome decides.
+    assert FIELDS.isdisjoint({"resolved", "reward", "mask_sample", "error_kind", "exit_reason", "tests_resolved"})
+    assert FIELDS | set(TaskResult.model_fields) == set(TaskResult.model_fields)
+    assert Record.of({**RECORD, "resolved": True}).fields() == Record.of(RECORD).fields()
     with pytest.raises(ValidationError, match="sample"):
-        Outcome(record={**RECORD, "sample": "first"}, tests_resolved=False).row()
+        Outcome(record=Record.of({**RECORD, "sample": "first"}), tests_resolved=False).row()
     with pytest.raises(ValidationError, match="kind"):
         Failure(kind="bad", source="task", message="x")  # type: ignore[arg-type]
 
