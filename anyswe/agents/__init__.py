@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import TYPE_CHECKING
 
 from anyswe.agents.base import (
@@ -14,6 +16,7 @@ from anyswe.agents.base import (
     ExitReason,
     ModelEndpoint,
 )
+from anyswe.errors import AnysweError
 from anyswe.registry import Registry
 
 if TYPE_CHECKING:
@@ -31,6 +34,7 @@ __all__ = [
     "agent_class",
     "agent_names",
     "register_agent",
+    "transcript_readers",
     "transcript_tool_results",
 ]
 
@@ -44,21 +48,26 @@ AGENTS.register("openclaw", "anyswe.agents.openclaw:OpenClawAgent")
 AGENTS.register("hermes", "anyswe.agents.hermes:HermesAgent")
 
 
-#: An agent's own transcript (a task's artefact) -> the reader of its tool results ("module:function",
-#: loaded on use): where it holds more than the gateway saw (gateway/trajectory.add_transcript_results).
-TRANSCRIPTS = {"agent-claude-code.jsonl": "anyswe.agents.claude_code:tool_results"}
+@functools.cache
+def transcript_readers() -> dict[str, type[Agent]]:
+    """Each agent's transcript file -> its class (anyswe's and plugins'; a broken plugin has none): where a
+    task's files hold more than the gateway saw (gateway/trajectory.add_transcript_results)."""
+    found: dict[str, type[Agent]] = {}
+    for name in AGENTS.names():
+        with contextlib.suppress(AnysweError):
+            cls = AGENTS.load(name)
+            if cls.transcript is not None:
+                found[cls.transcript] = cls
+    return found
 
 
 def transcript_tool_results(files: Mapping[str, str]) -> dict[str, tuple[str, bool]]:
     """Tool call id -> (what it returned, whether it failed), from whichever agent transcript ``files``
     (a task's artefacts by name) holds."""
-    import importlib
-
     found: dict[str, tuple[str, bool]] = {}
-    for name, target in TRANSCRIPTS.items():
+    for name, cls in transcript_readers().items():
         if files.get(name):
-            module, func = target.split(":")
-            found |= getattr(importlib.import_module(module), func)(files[name])
+            found |= cls.tool_results(files[name])
     return found
 
 

@@ -119,6 +119,14 @@ class Agent(ABC):
     submit_command: ClassVar[str | None] = None
     #: Paths in the repository the agent writes for itself (logs, state): kept out of the captured patch.
     capture_excludes: ClassVar[tuple[str, ...]] = ()
+    #: The task file of the agent's own transcript (``agent-<artefact name>``) when it holds what the
+    #: gateway cannot see (:meth:`tool_results`); None: the gateway's trajectory is the whole story.
+    transcript: ClassVar[str | None] = None
+
+    @classmethod
+    def tool_results(cls, transcript: str) -> dict[str, tuple[str, bool]]:
+        """Tool call id -> (what it returned, whether it failed), read from the agent's own transcript."""
+        return {}
 
     def __init__(self, config: AgentConfig, model: ModelSpec | None = None) -> None:
         """One agent object per (agent, model) cell; ``model`` is None for model-free agents."""

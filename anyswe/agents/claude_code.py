@@ -52,6 +52,11 @@ class ClaudeCodeAgent(CliAgent):
     config: ClaudeCodeConfig
     bundle = BUNDLE
     capture_excludes = (".claude",)
+    transcript = "agent-claude-code.jsonl"
+
+    @classmethod
+    def tool_results(cls, transcript: str) -> dict[str, tuple[str, bool]]:
+        return tool_results(transcript)
 
     def command(self, ctx: AgentContext) -> list[str]:
         assert ctx.model is not None

@@ -341,10 +341,11 @@ def _read_line(line: bytes, index: int) -> Step:
 
 
 def _transcript_results(task_dir: Path, files: Mapping[str, str] | None) -> dict[str, tuple[str, bool]]:
-    from anyswe.agents import TRANSCRIPTS, transcript_tool_results
+    from anyswe.agents import transcript_readers, transcript_tool_results
 
     if files is None:
-        files = {n: (task_dir / n).read_text(errors="replace") for n in TRANSCRIPTS if (task_dir / n).is_file()}
+        names = transcript_readers()
+        files = {n: (task_dir / n).read_text(errors="replace") for n in names if (task_dir / n).is_file()}
     return transcript_tool_results(files)
 
 

@@ -61,7 +61,7 @@ def _read(run: Path, rel: str) -> str:
 def _steps(run: Path, key: str, row: dict[str, Any], problems: list[str]) -> list[dict[str, Any]]:
     """The task's trajectory as the page draws it (read through the one reader); each line it cannot
     read (file:line: why) goes to ``problems``."""
-    from anyswe.agents import TRANSCRIPTS
+    from anyswe.agents import transcript_readers
     from anyswe.gateway.trajectory import read_trajectory
 
     rel = str(row.get("trajectory_path") or f"tasks/{key}/trajectory.jsonl")
@@ -69,7 +69,7 @@ def _steps(run: Path, key: str, row: dict[str, Any], problems: list[str]) -> lis
     if text is None:
         return []
     beside = PurePosixPath(rel).parent
-    transcripts = {n: t for n in TRANSCRIPTS if (t := _file(run, str(beside / n))) is not None}
+    transcripts = {n: t for n in transcript_readers() if (t := _file(run, str(beside / n))) is not None}
     steps = read_trajectory(run / rel, transcripts, problems=problems, text=text)
 
     def msg(m: Any) -> list[Any]:

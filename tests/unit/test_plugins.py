@@ -159,3 +159,34 @@ def test_a_plugin_executor_is_chosen_by_name_and_an_unknown_one_is_refused_at_lo
     with pytest.raises(SpecError, match=wrong):
         load_spec(spec)
     EXECUTORS.refresh()
+
+
+def test_an_agents_transcript_reader_is_its_own_class() -> None:
+    """The trajectory reader asks each agent class for its transcript: a plugin agent's is found the
+    same way as Claude Code's, with no table of anyswe's to edit."""
+    from typing import ClassVar
+
+    from anyswe.agents import AGENTS, Agent, AgentConfig, transcript_readers, transcript_tool_results
+
+    class Chatty(Agent):
+        name: ClassVar[str] = "chatty-test"
+        config_class = AgentConfig
+        transcript: ClassVar[str | None] = "agent-chatty.log"
+
+        @classmethod
+        def tool_results(cls, transcript: str) -> dict[str, tuple[str, bool]]:
+            call, _, out = transcript.partition("=")
+            return {call: (out, False)}
+
+        async def run(self, ctx):  # type: ignore[no-untyped-def]
+            raise NotImplementedError
+
+    AGENTS.register("chatty-test", Chatty)
+    transcript_readers.cache_clear()
+    try:
+        readers = transcript_readers()
+        assert readers["agent-chatty.log"] is Chatty and readers["agent-claude-code.jsonl"].name == "claude-code"
+        assert transcript_tool_results({"agent-chatty.log": "call_1=ok"}) == {"call_1": ("ok", False)}
+    finally:
+        AGENTS._targets.pop("chatty-test", None)
+        transcript_readers.cache_clear()
