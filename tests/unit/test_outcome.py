@@ -108,6 +108,20 @@ def test_the_record_holds_no_decided_field_and_a_wrong_fact_fails_when_the_row_i
     # The record's typed groups hold the row's facts, none of what the outcome decides.
     assert FIELDS.isdisjoint({"resolved", "reward", "mask_sample", "error_kind", "exit_reason", "tests_resolved"})
     assert FIELDS | set(TaskResult.model_fields) == set(TaskResult.model_fields)
+    # Each group restates its row fields: the same type and default as the row's, or the row and the
+    # record drift apart.
+    import dataclasses
+    import typing
+
+    from anyswe.execute import record as rec
+
+    for group in (rec.Identity, rec.Provenance, rec.PatchFacts, rec.Limits, rec.Timings):
+        hints = typing.get_type_hints(group)
+        for f in dataclasses.fields(group):
+            row_field = TaskResult.model_fields[f.name]
+            assert hints[f.name] == row_field.annotation, f.name
+            if f.default is not dataclasses.MISSING:
+                assert f.default == row_field.default, f.name
     assert Record.of({**RECORD, "resolved": True}).fields() == Record.of(RECORD).fields()
     with pytest.raises(ValidationError, match="sample"):
         Outcome(record=Record.of({**RECORD, "sample": "first"}), tests_resolved=False).row()
