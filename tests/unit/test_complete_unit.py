@@ -68,3 +68,26 @@ def test_the_worker_keys_agents_by_their_config_not_their_cell_name(tmp_path: Pa
     worker = Worker()
     assert worker.agent(unit) is worker.agent(unit)
     assert worker.agent(longer).config.step_limit == 40 and worker.agent(unit).config.step_limit == 5
+
+
+def test_rollouts_load_a_named_dataset_once(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A server's every request names its dataset: its rows are read once per session, not per request,
+    and an inline row is never looked up in them."""
+    import anyswe.datasets as datasets
+    from anyswe.execute.rollout import Rollouts
+
+    loads: list[str] = []
+    real = datasets.load_dataset
+
+    def counting(name, *args, **kwargs):  # type: ignore[no-untyped-def]
+        loads.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(datasets, "load_dataset", counting)
+    session = Rollouts()
+    blocks = {"agent": {"type": "mini-swe-agent"}, "model": {"api": "scripted"}, "dataset": "demo"}
+    units = [session.unit("demo__calc-1", **blocks, sample="next") for _ in range(3)]
+    assert [u.sample for u in units] == [0, 1, 2] and loads == ["demo"]
+    row = units[0].instance.model_dump()
+    assert session.unit({**row, "instance_id": "demo__calc-99"}, **blocks).instance.instance_id == "demo__calc-99"
+    assert loads == ["demo"]
