@@ -6,9 +6,13 @@ it); their images are the official ones, pulled or built offline (``anyswe prepa
 
 from __future__ import annotations
 
-from typing import ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 from anyswe.datasets.registry import Benchmark
+
+if TYPE_CHECKING:
+    from anyswe.datasets.instance import Instance
 
 #: swebench's instance image naming; ``{instance_id_docker}`` is the id with "__" -> "_1776_", lowercased.
 SWEBENCH_IMAGE = "swebench/sweb.eval.x86_64.{instance_id_docker}:latest"
@@ -17,6 +21,14 @@ SWEBENCH_IMAGE = "swebench/sweb.eval.x86_64.{instance_id_docker}:latest"
 class _SWEbench(Benchmark):
     harness: ClassVar[str] = "swebench"
     image_template: ClassVar[str | None] = SWEBENCH_IMAGE
+    # What an instance image adds when built: the repository and its installed package (its env image is shared).
+    instance_build_bytes: ClassVar[int] = 1 << 30
+
+    async def build_instance(self, instance: Instance, repo_mirror: Path) -> str:
+        # swebench 4.1.0's own chain (base -> env -> instance), for the Python specs (images/swebench_build.py).
+        from anyswe.images.swebench_build import build_instance_image
+
+        return (await build_instance_image(instance, repo_mirror)).summary
 
 
 class SWEbenchVerified(_SWEbench):

@@ -14,10 +14,13 @@ from __future__ import annotations
 import re
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from anyswe.errors import DatasetError
 from anyswe.registry import Registry
+
+if TYPE_CHECKING:
+    from anyswe.datasets.instance import Instance
 
 __all__ = ["BENCHMARKS", "Benchmark", "known_datasets", "refresh", "register_benchmark", "route", "split_name"]
 
@@ -46,6 +49,8 @@ class Benchmark:
     default_split: ClassVar[str] = "test"
     #: Its task images are built locally by :meth:`build_context`, never pulled.
     builds_images: ClassVar[bool] = False
+    #: What one instance image built offline (:meth:`build_instance`) takes on disk, for the estimate.
+    instance_build_bytes: ClassVar[int] = 0
 
     @classmethod
     def names(cls) -> set[str]:
@@ -62,6 +67,16 @@ class Benchmark:
         The tag must change whenever what is built would (a content hash), so a cached image is reused
         only when it is the same."""
         raise DatasetError(f"dataset {self.name!r} does not build its own images")
+
+    def builds_offline(self) -> bool:
+        """Whether :meth:`build_instance` makes this benchmark's official images here."""
+        return type(self).build_instance is not Benchmark.build_instance
+
+    async def build_instance(self, instance: Instance, repo_mirror: Path) -> str:
+        """Build ``instance``'s official image offline (``anyswe prepare images --build``) as the
+        benchmark's own recipe does, its repository cloned from ``repo_mirror`` (bare repositories);
+        a one-line summary of what was built. An image already there (by its tag) is not built again."""
+        raise DatasetError(f"dataset {self.name!r} cannot build its images offline (--build)")
 
 
 BENCHMARKS: Registry[Benchmark] = Registry("dataset", Benchmark, group="anyswe.benchmarks", error=DatasetError)

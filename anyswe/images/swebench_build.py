@@ -64,8 +64,6 @@ DEFAULT_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 #: What conda's python env has (pip, setuptools, wheel): Debian 11's pip 20.3 is too old for today's
 #: setuptools' editable installs.
 CONDA_LIKE_TOOLS = ("pip==23.3.2", "setuptools==68.2.2", "wheel==0.41.2")
-#: Bytes an instance image adds when built (its env image is shared): the disk estimate's figure.
-INSTANCE_BUILD_BYTES = 1 << 30
 #: A cold chain (apt for the base, pip for the env) on a slow index.
 BUILD_TIMEOUT = 3600.0
 _CA_IN_IMAGE = "/root/.anyswe-build-ca.crt"
@@ -350,7 +348,6 @@ async def check_instance_image(tag: str, instance: Instance) -> dict[str, str | 
 
 __all__ = [
     "DEBIAN_FOR_PYTHON",
-    "INSTANCE_BUILD_BYTES",
     "Chain",
     "Step",
     "base_tag",

@@ -38,20 +38,16 @@ async def estimate(job: ImageJob, store_available: bool) -> None:
         if job.build_dataset is not None:
             job.needs = BUILD_BYTES
             return
-        if job.build_instance is not None:
-            from anyswe.images.swebench_build import INSTANCE_BUILD_BYTES
-
-            job.needs = INSTANCE_BUILD_BYTES
+        if job.build_by is not None:
+            job.needs = job.build_by.instance_build_bytes
             return
     elif job.kind.present(job):
         job.status = "present"
         return
     unpacked = await image_size(job.ref) if store_available else None
-    if unpacked is None and job.build_instance is not None:
+    if unpacked is None and job.build_by is not None:
         # Its image is built in this preparation: nothing to ask a registry, whose copy is not this one.
-        from anyswe.images.swebench_build import INSTANCE_BUILD_BYTES
-
-        unpacked = INSTANCE_BUILD_BYTES
+        unpacked = job.build_by.instance_build_bytes
     compressed = None
     if unpacked is None:
         try:

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from anyswe.config import base_image
 from anyswe.datasets import format_image, image_builder, image_fields
-from anyswe.errors import AnysweError
-from anyswe.images.swebench_build import build_instance_image
+from anyswe.errors import AnysweError, DatasetError
 from anyswe.prepare.disk import check_disk, estimate
 from anyswe.sandbox.artefacts import STORE_PHASE, ArtefactKind, ImageJob, MakeOptions
 from anyswe.sandbox.store import build_image, pull_image, store_answers, store_unavailable
 
 if TYPE_CHECKING:
+    from anyswe.datasets.registry import Benchmark
     from anyswe.plan import Plan
 
 ArtefactSource = Literal["auto", "registry", "daemon"]
@@ -74,6 +74,7 @@ def image_jobs(
 
     store_jobs: dict[str, ImageJob] = {}
     own: dict[tuple[str, str], ImageJob] = {}
+    builder: Benchmark | None = None
     from_registry = not build and (artefact_source == "registry" or (artefact_source == "auto" and not store_available))
     for name in dict.fromkeys(c.provider for c in plan.cells):
         cfg = plan.spec.providers[name]
@@ -86,12 +87,14 @@ def image_jobs(
             else:
                 continue
             built_here = build and source.build_dataset is None
+            if built_here and builder is None:
+                builder = _offline_builder(plan)
             needs = cfg.prepared_artefacts(image_fields(inst), from_registry=from_registry)
             if needs.store_image:
                 job = store_jobs.setdefault(
                     ref, ImageJob(STORE_PHASE, ref, ref, inst.instance_id, build_dataset=source.build_dataset)
                 )
-                job.build_instance = inst if built_here else None
+                job.build_instance, job.build_by = (inst, builder) if built_here else (None, None)
                 job.providers.add(name)
             if needs.kind is not None:
                 key = (needs.kind.phase, needs.kind.key(needs, ref))
@@ -106,9 +109,25 @@ def image_jobs(
                         kind=needs.kind,
                     ),
                 )
-                made.build_instance = inst if built_here else None
+                made.build_instance, made.build_by = (inst, builder) if built_here else (None, None)
                 made.providers.add(name)
     return [*store_jobs.values(), *own.values()]
+
+
+def _offline_builder(plan: Plan) -> Benchmark:
+    """The benchmark whose own recipe builds the plan's images offline (``--build``)."""
+    from anyswe.datasets.registry import route
+
+    try:
+        bench = route(plan.dataset.name)
+    except DatasetError:
+        bench = None
+    if bench is None or not bench.builds_offline():
+        raise DatasetError(
+            f"--build: dataset {plan.dataset.name!r} has no recipe that builds its images offline; name the "
+            "benchmark its rows are of in the dataset block (name: swe-bench-verified, path: rows.jsonl)"
+        )
+    return bench
 
 
 async def _store_job(job: ImageJob, options: MakeOptions, repo_mirror: Path | None) -> None:
@@ -116,9 +135,9 @@ async def _store_job(job: ImageJob, options: MakeOptions, repo_mirror: Path | No
         dockerfile, tag = image_builder(job.build_dataset)(job.instance_id, base_image())
         await build_image(dockerfile, tag)
         job.status = "built"
-    elif job.build_instance is not None:
-        chain = await build_instance_image(job.build_instance, repo_mirror or Path())
-        job.status, job.note = "built", chain.summary
+    elif job.build_instance is not None and job.build_by is not None:
+        summary = await job.build_by.build_instance(job.build_instance, repo_mirror or Path())
+        job.status, job.note = "built", summary
     else:
         await pull_image(job.ref, attempts=options.attempts, backoff=options.backoff)
         job.status = "pulled"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
     from anyswe.datasets.instance import Instance
+    from anyswe.datasets.registry import Benchmark
 
 Status = Literal["pending", "present", "pulled", "built", "failed", "skipped"]
 #: The store's own phase: images pulled or built into the local store.
@@ -31,8 +32,10 @@ class ImageJob:
     instance_id: str
     providers: set[str] = field(default_factory=set)
     build_dataset: str | None = None  #: store phase: built locally by this dataset
-    #: the row a SWE-bench image is built from (``--build``; its artefact: never asked of a registry)
+    #: the row an official image is built from offline (``--build``; its artefact: never asked of a
+    #: registry), and the benchmark whose recipe builds it
     build_instance: Instance | None = None
+    build_by: Benchmark | None = None
     from_registry: bool = False  #: a provider's artefact made from the registry rather than the store
     kind: ArtefactKind | None = None  #: who makes it (None: the store)
     needs: int = 0  #: bytes kept when done

@@ -65,8 +65,33 @@ def test_prepare_with_build_plans_local_builds_and_no_registry_sifs(shared_swebe
     jobs = image_jobs(plan, artefact_source="registry", store_available=True, build=True)
     docker_jobs = [j for j in jobs if j.phase == "image"]
     assert len(docker_jobs) == 7 and all(j.build_instance is not None for j in docker_jobs)
+    # The benchmark's own recipe builds them (Benchmark.build_instance), not a chain prepare knows.
+    assert {j.build_by.name for j in docker_jobs if j.build_by is not None} == {"swe-bench-verified"}
     assert {j.ref for j in docker_jobs} == {f"swebench/sweb.eval.x86_64.{i.instance_id.replace('__', '_1776_')}:latest"
                                            for i in plan.instances}  # fmt: skip
     sifs = [j for j in jobs if j.phase == "sif"]
     assert len(sifs) == 7 and not any(j.from_registry for j in sifs)
     assert not any(j.build_instance for j in image_jobs(plan, store_available=True))
+
+
+def test_build_needs_a_benchmark_with_an_offline_recipe(shared_swebench: Path, tmp_path: Path) -> None:
+    """Rows from a plain file are of no benchmark: `--build` says to name one rather than guess a recipe."""
+    from anyswe.errors import DatasetError
+    from anyswe.plan import make_plan
+    from anyswe.prepare.images import image_jobs
+    from anyswe.spec import load_spec
+
+    # A file of rows named after nothing known (`verified.jsonl` would route to Verified by its alias).
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        next(x for x in (shared_swebench / "verified.jsonl").read_text().splitlines() if "pytest-dev__pytest-8399" in x)
+    )
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        f"name: s\ndataset: {{path: {rows}}}\n"
+        "agents:\n  g: {type: gold}\nproviders:\n  d: {type: docker, image: 'swebench/x:{instance_id}'}\n"
+    )
+    plan = make_plan(load_spec(spec))
+    with pytest.raises(DatasetError, match="--build: dataset 'rows' has no recipe that builds its images offline"):
+        image_jobs(plan, store_available=True, build=True)
+    assert [j.build_by for j in image_jobs(plan, store_available=True)] == [None]
