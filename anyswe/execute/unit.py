@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from anyswe._proc import MAX_PATCH_BYTES
+from anyswe.errors import AnysweError
 from anyswe.images.resolve import ImageSource
 
 if TYPE_CHECKING:
@@ -138,9 +139,13 @@ def replay_source(model: ModelSpec | None, cell: Cell, instance_id: str, sample:
 
     run, recorded_model = model.replay.run, model.replay.model or cell.model
     wanted = (cell.agent, recorded_model, instance_id, sample)
+    try:
+        recorded = _recorded(run / "results.jsonl")
+    except (AnysweError, OSError) as exc:  # that task's error, as a missing run's is: the others still run
+        return ReplaySource(error=f"replay: {run / 'results.jsonl'} cannot be read: {exc}")
     candidates = [
         r
-        for r in _recorded(run / "results.jsonl")
+        for r in recorded
         if (r.agent, r.model, r.instance_id, r.sample) == wanted
         and (model.replay.provider is None or r.provider == model.replay.provider)
         and r.trajectory_path

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import traceback
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -66,9 +67,13 @@ class Worker(Runner):
         return TaskTools(self.provider(unit), self.agent(unit), get_harness(unit.harness), self.images, self.seals)
 
     async def run(self, unit: WorkUnit) -> TaskOutput:
+        try:
+            tools = self.tools(unit)
+        except Exception:  # a plugin's constructor failing is this task's bug, never the run's
+            return failed_output(unit, "internal", traceback.format_exc())
         endpoint = unit.endpoint
         if endpoint is None or endpoint.relay is None:
-            return await run_task(unit, self.tools(unit))
+            return await run_task(unit, tools)
         # The gateway is on the driver's machine: this unit's calls go through a relay here.
         from anyswe.gateway.relay import Relay
         from anyswe.results.schema import Failure
@@ -79,7 +84,7 @@ class Worker(Runner):
         except RuntimeNotAvailable as exc:
             return failed_output(unit, "infra", str(exc), source="relay")
         async with relay:
-            output = await run_task(dataclasses.replace(unit, endpoint=relay.endpoint(endpoint)), self.tools(unit))
+            output = await run_task(dataclasses.replace(unit, endpoint=relay.endpoint(endpoint)), tools)
         result = output.result
         if relay.failures and not result.resolved and result.error_kind in (None, "agent"):
             # Calls that never reached the model say nothing about the agent: an infra error, run again.

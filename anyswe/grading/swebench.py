@@ -323,6 +323,8 @@ def _report_of(instance: Instance, log: str, model_patch: str | None, repo: Repo
     from swebench.harness import constants as c
     from swebench.harness.grading import get_eval_tests_report, get_resolution_status
 
+    # swebench reads the log from a file in text mode: universal newlines, so a lone "\r" ends a line.
+    log = log.replace("\r\n", "\n").replace("\r", "\n")
     result: dict[str, Any] = {"patch_is_None": model_patch is None, "patch_exists": model_patch is not None}
     result |= {"patch_successfully_applied": False, "resolved": False, "tests_status": _empty_tests_status()}
     bad = (c.APPLY_PATCH_FAIL, c.RESET_FAILED, c.TESTS_ERROR, c.TESTS_TIMEOUT)
@@ -338,7 +340,8 @@ def _report_of(instance: Instance, log: str, model_patch: str | None, repo: Repo
     except Exception as exc:  # as above: a parser crash is a grading error
         raise GradingError(f"{instance.instance_id}: swebench could not grade the log: {exc!r}") from exc
     ref = {"instance_id": instance.instance_id, "FAIL_TO_PASS": spec.FAIL_TO_PASS, "PASS_TO_PASS": spec.PASS_TO_PASS}
-    tests = get_eval_tests_report(status, ref, eval_type=c.EvalType.PASS_AND_FAIL)
+    eval_type = c.EvalType.FAIL_ONLY if instance.repo in c.FAIL_ONLY_REPOS else c.EvalType.PASS_AND_FAIL
+    tests = get_eval_tests_report(status, ref, eval_type=eval_type)
     result |= {"patch_successfully_applied": True, "tests_status": tests}
     result["resolved"] = get_resolution_status(tests) == c.ResolvedStatus.FULL.value
     return result

@@ -91,3 +91,32 @@ def test_rollouts_load_a_named_dataset_once(monkeypatch) -> None:  # type: ignor
     row = units[0].instance.model_dump()
     assert session.unit({**row, "instance_id": "demo__calc-99"}, **blocks).instance.instance_id == "demo__calc-99"
     assert loads == ["demo"]
+
+
+def test_an_unreadable_replayed_run_fails_its_tasks_not_the_build(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text("{not json\n" + "{}\n")
+    text = (
+        "name: s\ndataset: {name: demo, instance_ids: [demo__calc-1]}\nagents:\n  mini: {type: mini-swe-agent}\n"
+        f"models:\n  again: {{api: scripted, replay: {{run: {run}}}}}\nproviders:\n  d: {{type: docker}}\n"
+    )
+    unit = _unit(tmp_path, text)
+    assert unit.replay is not None and unit.replay.trajectory is None
+    assert "cannot be read" in (unit.replay.error or "")
+
+
+def test_a_unit_whose_tools_cannot_be_built_is_its_own_internal_error(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    unit = _unit(
+        tmp_path,
+        "name: s\ndataset: {name: demo, limit: 1}\nagents:\n  g: {type: gold}\nproviders:\n  d: {type: docker}\n",
+    )
+
+    def broken(self, unit):  # type: ignore[no-untyped-def]
+        raise RuntimeError("a plugin's constructor failed")
+
+    monkeypatch.setattr(Worker, "tools", broken)
+    result = asyncio.run(Worker().run(unit)).result
+    assert result.error_kind == "internal" and "a plugin's constructor failed" in (result.error or "")
