@@ -148,6 +148,17 @@ class ModelSpec(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _upstream_has_what_it_serves(self) -> ModelSpec:
+        # Checked here so a bad pairing is the spec's error at load, not every task's at its grant.
+        if self.upstream == "replay" and self.replay is None:
+            raise ValueError("upstream replay: needs a replay block (the run whose replies to serve again)")
+        if self.upstream == "http" and self.api == "scripted":
+            raise ValueError("upstream http: api scripted is anyswe's own model, not a protocol to send requests in")
+        if self.replay is not None and self.upstream in ("http", "scripted"):
+            raise ValueError(f"upstream {self.upstream}: a replay block is served only by upstream replay")
+        return self
+
     @field_validator("api_key_env", "base_url_env")
     @classmethod
     def _env_name(cls, value: str | None) -> str | None:

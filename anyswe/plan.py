@@ -234,6 +234,12 @@ def make_plan(spec: Spec, dataset: Dataset | None = None) -> Plan:
             raise PlanError(f"agents.{name}: {exc}") from None
     for name in sorted({c.model for c in cells if c.model}):
         _check_model(name, spec.models[name], instances)
+    for agent, model in sorted({(c.agent, c.model) for c in cells if c.model}):
+        cfg = spec.agents[agent]
+        try:
+            agent_class(cfg.type).check_model(cfg, spec.models[model])
+        except AgentError as exc:
+            raise PlanError(f"agents.{agent} with models.{model}: {exc}") from None
     for cell in cells:
         provider = spec.providers[cell.provider]
         if not (dataset.builds_images or dataset.image_template or provider.names_own_images()):

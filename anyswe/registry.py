@@ -43,10 +43,13 @@ class Registry(Generic[T]):
         self.group = group
         self.error = error
         self._targets: dict[str, str | type[T]] = {}
+        #: Bumped by every change of what the names resolve to: a cache of what was loaded keys on it.
+        self.generation = 0
 
     def register(self, name: str, target: str | type[T]) -> None:
         """Register ``target`` (a class, or ``"module:Class"`` imported on first use) as ``name``."""
         self._targets[name] = target
+        self.generation += 1
 
     @cached_property
     def _plugins(self) -> dict[str, EntryPoint]:
@@ -61,6 +64,7 @@ class Registry(Generic[T]):
     def refresh(self) -> None:
         """Read the entry points again on next use (after a package was installed into this process's path)."""
         self.__dict__.pop("_plugins", None)
+        self.generation += 1
 
     def builtin_names(self) -> list[str]:
         """The names registered in code, in registration order (no package metadata is read)."""

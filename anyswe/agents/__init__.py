@@ -48,10 +48,14 @@ AGENTS.register("openclaw", "anyswe.agents.openclaw:OpenClawAgent")
 AGENTS.register("hermes", "anyswe.agents.hermes:HermesAgent")
 
 
-@functools.cache
 def transcript_readers() -> dict[str, type[Agent]]:
     """Each agent's transcript file -> its class (anyswe's and plugins'; a broken plugin has none): where a
     task's files hold more than the gateway saw (gateway/trajectory.add_transcript_results)."""
+    return _transcript_readers(AGENTS.generation)  # read again once an agent is registered or refreshed
+
+
+@functools.cache
+def _transcript_readers(generation: int) -> dict[str, type[Agent]]:
     found: dict[str, type[Agent]] = {}
     for name in AGENTS.names():
         with contextlib.suppress(AnysweError):

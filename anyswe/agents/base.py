@@ -140,6 +140,10 @@ class Agent(ABC):
         bring their own per-instance inputs.
         """
 
+    @classmethod  # noqa: B027 - an optional hook
+    def check_model(cls, config: AgentConfig, model: ModelSpec) -> None:
+        """Raise :class:`AgentError` if this agent cannot talk to ``model`` (checked per cell at plan time)."""
+
     @classmethod
     def gateway_turn_cap(cls, config: AgentConfig) -> int | None:
         """A turn cap the model gateway keeps for this agent (for agents that have none of their own)."""

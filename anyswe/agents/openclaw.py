@@ -23,7 +23,8 @@ from anyswe._files import remove_task_file
 from anyswe.agents.base import AgentConfig, AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleError, BundleRecipe, npm_ci
 from anyswe.agents.cli import CliAgent, CliAgentConfig, private_file
-from anyswe.model import Protocol
+from anyswe.errors import AgentError
+from anyswe.model import ModelSpec, Protocol
 
 if TYPE_CHECKING:
     from anyswe.sandbox import ExecResult
@@ -85,6 +86,13 @@ class OpenClawAgent(CliAgent):
     @classmethod
     def gateway_turn_cap(cls, config: AgentConfig) -> int | None:
         return config.max_turns if isinstance(config, OpenClawConfig) else None
+
+    @classmethod
+    def check_model(cls, config: AgentConfig, model: ModelSpec) -> None:
+        protocol = (config.protocol if isinstance(config, OpenClawConfig) else None) or model.agent_protocol
+        if protocol not in _API:  # a plugin's protocol: OpenClaw has no provider that speaks it
+            known = ", ".join(_API)
+            raise AgentError(f"OpenClaw speaks {known}, not {protocol!r}; set its protocol to one of them")
 
     def command(self, ctx: AgentContext) -> list[str]:
         timeout = str(_own_deadline(ctx))

@@ -45,9 +45,9 @@ class WireProtocol(ABC):
     def render_stream(self, reply: Reply, model: str, include_usage: bool) -> Iterator[bytes]:
         """The server-sent events of a streamed reply."""
 
-    def render_error(self, status: int, message: str, kind: str) -> dict[str, Any]:
-        """An error body in the protocol's own shape (default: OpenAI's)."""
-        return render.openai_error(status, message, kind)
+    def render_error(self, status: int, message: str, kind: str, code: str | None = None) -> dict[str, Any]:
+        """An error body in the protocol's own shape (default: OpenAI's); ``code`` the upstream's, if any."""
+        return render.openai_error(status, message, kind, code)
 
 
 class AnthropicMessages(WireProtocol):
@@ -67,7 +67,8 @@ class AnthropicMessages(WireProtocol):
     def render_stream(self, reply: Reply, model: str, include_usage: bool) -> Iterator[bytes]:
         return render.anthropic_stream(reply, model)
 
-    def render_error(self, status: int, message: str, kind: str) -> dict[str, Any]:
+    def render_error(self, status: int, message: str, kind: str, code: str | None = None) -> dict[str, Any]:
+        # Anthropic's error object has no code field: the kind carries it.
         return {"type": "error", "error": {"type": kind, "message": message}}
 
 

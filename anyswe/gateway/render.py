@@ -257,13 +257,15 @@ def render_stream(protocol: Protocol, reply: Reply, model: str, *, include_usage
     return wire_protocol(protocol).render_stream(reply, model, include_usage)
 
 
-def render_error(protocol: Protocol, status: int, message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
-    """An error body in the protocol's own shape."""
+def render_error(
+    protocol: Protocol, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None
+) -> dict[str, Any]:
+    """An error body in the protocol's own shape (``code``: the upstream's, where the protocol has one)."""
     from anyswe.gateway.protocols import wire_protocol
 
-    return wire_protocol(protocol).render_error(status, message, kind)
+    return wire_protocol(protocol).render_error(status, message, kind, code)
 
 
-def openai_error(status: int, message: str, kind: str) -> dict[str, Any]:
+def openai_error(status: int, message: str, kind: str, code: str | None = None) -> dict[str, Any]:
     """An error body as OpenAI's APIs (and most servers that speak them) write one."""
-    return {"error": {"message": message, "type": kind, "param": None, "code": str(status)}}
+    return {"error": {"message": message, "type": kind, "param": None, "code": code or str(status)}}

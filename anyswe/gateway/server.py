@@ -256,9 +256,8 @@ class Gateway:
     def _upstream_error(self, protocol: Wire, exc: UpstreamError) -> web.Response:
         from aiohttp import web
 
-        body = render_error(protocol, exc.status, str(exc), exc.kind)
-        if exc.code is not None and protocol != "anthropic-messages":
-            body["error"]["code"] = exc.code
+        # The protocol's own class places the upstream's code (a plugin protocol's body need not be OpenAI's).
+        body = render_error(protocol, exc.status, str(exc), exc.kind, exc.code)
         headers = {"Retry-After": f"{exc.retry_after:g}"} if exc.retry_after is not None else None
         return web.json_response(body, status=exc.status, headers=headers)
 

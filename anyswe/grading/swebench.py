@@ -110,6 +110,8 @@ def _given(instance: Instance, repo: RepoSpec | None) -> Iterator[None]:
     if repo is None:
         yield
         return
+    # known_repo reads (and caches) swebench's own maps before any overlay is first written: the
+    # snapshot never holds a RepoSpec's repository.
     if known_repo(instance.repo):
         raise GradingError(f"{instance.instance_id}: {instance.repo!r} is swebench's own; its spec is swebench's")
     from swebench.harness.constants import MAP_REPO_TO_EXT, MAP_REPO_VERSION_TO_SPECS
@@ -128,7 +130,8 @@ def repo_version_specs() -> dict[str, dict[str, Any]]:
     _swebench()
     from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
 
-    return {repo: dict(versions) for repo, versions in MAP_REPO_VERSION_TO_SPECS.items() if known_repo(repo)}
+    with _OVERLAY:  # an overlay added or removed by another thread mid-iteration would break it
+        return {repo: dict(v) for repo, v in MAP_REPO_VERSION_TO_SPECS.items() if known_repo(repo)}
 
 
 def official_image(instance_id: str, namespace: str = "swebench", tag: str = "latest") -> str:

@@ -15,7 +15,6 @@ provider's artefact whose image failed is skipped.
 from __future__ import annotations
 
 import asyncio
-import functools
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -194,6 +193,11 @@ class _PhaseProgress:
 # -- the whole preparation -------------------------------------------------------------------------
 
 
+async def _make_artefact(job: ImageJob, options: MakeOptions) -> None:
+    assert job.kind is not None  # only jobs of a provider's kind are in an artefact phase
+    await job.kind.make(job, options)
+
+
 async def _run_phase(
     title: str,
     jobs: list[ImageJob],
@@ -248,9 +252,14 @@ async def prepare_images_async(
     found = image_jobs(plan, artefact_source=artefact_source, store_available=store_available, build=build)
     if any(j.kind is None for j in found) and not store_available:
         raise store_unavailable()
-    kinds: dict[str, ArtefactKind] = {j.phase: j.kind for j in found if j.kind is not None}
-    for phase, kind in kinds.items():
-        kind.clean_stale([j for j in found if j.phase == phase])
+    # Phases in order of first appearance; two providers' kinds may share a phase, so each job is
+    # cleaned and made by its own kind, never by the phase's first.
+    kinds: dict[ArtefactKind, list[ImageJob]] = {}
+    for j in found:
+        if j.kind is not None:
+            kinds.setdefault(j.kind, []).append(j)
+    for kind, mine in kinds.items():
+        kind.clean_stale(mine)
     await asyncio.gather(*(estimate(j, store_available) for j in found))
     report = PrepareReport(found)
     report.disk = await check_disk(
@@ -265,9 +274,10 @@ async def prepare_images_async(
     for j in found:
         if j.kind is not None and not j.from_registry and j.ref in failed_refs:
             j.status, j.error = "skipped", f"its image failed: {failed_refs[j.ref].error[-200:]}"
-    for phase, kind in kinds.items():
+    phases = {j.phase: j.kind.title for j in found if j.kind is not None}
+    for phase, title in phases.items():
         mine = [j for j in found if j.phase == phase]
-        await _run_phase(kind.title, mine, artefact_jobs, functools.partial(kind.make, options=options), progress)
+        await _run_phase(title, mine, artefact_jobs, lambda j: _make_artefact(j, options), progress)
     return report
 
 

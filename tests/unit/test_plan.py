@@ -83,6 +83,31 @@ def test_incompatible_combination_says_why(tmp_path: Path) -> None:
         expand_cells(load_spec(spec_from(tmp_path, base=no_models)))
 
 
+def test_an_agent_that_cannot_speak_a_models_protocol_says_so_at_plan_time(tmp_path: Path) -> None:
+    """OpenClaw has providers for the three built-in protocols only: a plugin protocol is refused when the
+    plan is made (before, every task of the cell failed with a KeyError in its configure)."""
+    from anyswe.gateway.protocols import PROTOCOLS, OpenAIChat, _instances
+
+    class Lines(OpenAIChat):
+        name: ClassVar[str] = "lines-test"
+        paths: ClassVar[tuple[str, ...]] = ("/v1/lines",)
+
+    PROTOCOLS.register(Lines.name, Lines)
+    try:
+        spec = (
+            "name: p\ndataset: {name: demo, limit: 1}\nagents:\n  oc: {type: openclaw}\n"
+            "models:\n  ok: {api: scripted}\n  odd: {api: scripted, protocol: lines-test}\n"
+            "providers:\n  d: {type: docker}\n"
+        )
+        with pytest.raises(PlanError, match=r"agents\.oc with models\.odd: OpenClaw speaks .*'lines-test'"):
+            make_plan(load_spec(spec_from(tmp_path, base=spec)))
+        told = spec.replace("oc: {type: openclaw}", "oc: {type: openclaw, protocol: anthropic-messages}")
+        assert len(make_plan(load_spec(spec_from(tmp_path, base=told))).tasks) == 2
+    finally:
+        PROTOCOLS._targets.pop(Lines.name, None)
+        _instances.pop(Lines.name, None)
+
+
 def test_tasks_and_keys(tmp_path: Path) -> None:
     plan = make_plan(load_spec(spec_from(tmp_path, "samples: 2\n")))
     assert len(plan.instances) == 3

@@ -181,12 +181,13 @@ def test_an_agents_transcript_reader_is_its_own_class() -> None:
         async def run(self, ctx):  # type: ignore[no-untyped-def]
             raise NotImplementedError
 
+    assert "agent-chatty.log" not in transcript_readers()  # read (and kept) before the agent was added
     AGENTS.register("chatty-test", Chatty)
-    transcript_readers.cache_clear()
     try:
         readers = transcript_readers()
         assert readers["agent-chatty.log"] is Chatty and readers["agent-claude-code.jsonl"].name == "claude-code"
         assert transcript_tool_results({"agent-chatty.log": "call_1=ok"}) == {"call_1": ("ok", False)}
     finally:
         AGENTS._targets.pop("chatty-test", None)
-        transcript_readers.cache_clear()
+        AGENTS.refresh()
+    assert "agent-chatty.log" not in transcript_readers()

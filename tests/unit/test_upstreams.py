@@ -42,6 +42,30 @@ def test_the_upstream_is_derived_as_before_when_unset() -> None:
         ModelSpec(api="openai-chat", model="m", upstream="nope")
 
 
+@pytest.mark.parametrize(
+    ("block", "says"),
+    [
+        ("{api: scripted, upstream: replay}", "upstream replay: needs a replay block"),
+        ("{api: scripted, upstream: http}", "api scripted is anyswe's own model"),
+        ("{api: scripted, upstream: scripted, replay: {run: r}}", "served only by upstream replay"),
+    ],
+)
+def test_an_upstream_without_what_it_serves_is_the_specs_error_at_its_line(
+    tmp_path: Path, block: str, says: str
+) -> None:
+    """Before, these passed the spec and crashed every task at its grant (an assert, or a scripted 'http')."""
+    from anyswe.errors import SpecError
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: s\ndataset: {name: demo, limit: 1}\nagents:\n  m: {type: mini-swe-agent}\n"
+        f"models:\n  c: {block}\nproviders:\n  d: {{type: docker}}\n"
+    )
+    with pytest.raises(SpecError, match=says) as caught:
+        load_spec(spec)
+    assert "spec.yaml:6" in str(caught.value)
+
+
 def test_a_plugins_upstream_answers_through_the_gateway(tmp_path: Path) -> None:
     import openai
 

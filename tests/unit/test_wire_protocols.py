@@ -14,8 +14,9 @@ import pytest
 from pydantic import ValidationError
 
 from anyswe.gateway import Gateway, ScriptedModel
+from anyswe.gateway.errors import UpstreamError
 from anyswe.gateway.protocols import PROTOCOLS, WireProtocol, _instances, routes, wire_protocol
-from anyswe.gateway.wire import Known, Message, Reply
+from anyswe.gateway.wire import Conversation, Known, Message, Reply
 from anyswe.model import ModelSpec
 
 pytestmark = pytest.mark.anyio
@@ -45,8 +46,8 @@ class EchoLines(WireProtocol):
     def render_stream(self, reply: Reply, model: str, include_usage: bool) -> Iterator[bytes]:
         yield json.dumps(self.render_json(reply, model)).encode()
 
-    def render_error(self, status: int, message: str, kind: str) -> dict[str, Any]:
-        return {"echo_error": message, "status": status}
+    def render_error(self, status: int, message: str, kind: str, code: str | None = None) -> dict[str, Any]:
+        return {"echo_error": message, "status": status, "why": code}
 
 
 @pytest.fixture
@@ -98,3 +99,20 @@ async def test_the_gateway_serves_a_plugins_protocol(echo: None, tmp_path: Path)
     assert refused[0] == 401 and "echo_error" in refused[1]
     (line,) = [json.loads(x) for x in trajectory.read_text().splitlines()]
     assert line["protocol"] == "echo-lines" and line["request"]["lines"] == ["fix the bug"]
+
+
+class TooLong:
+    async def reply(self, conv: Conversation) -> Reply:
+        raise UpstreamError(400, "prompt too long", kind="invalid_request_error", code="context_length_exceeded")
+
+
+async def test_an_upstreams_error_reaches_a_plugins_agent_in_the_plugins_shape(echo: None, tmp_path: Path) -> None:
+    """Before, the server wrote the upstream's code into body["error"], a key of OpenAI's shape: a 500 here."""
+    async with Gateway(socket_dir=tmp_path / "sock") as gw:
+        await gw.start()
+        token = gw.grant("task-1", "m", TooLong(), trajectory=tmp_path / "traj.jsonl")
+        async with aiohttp.ClientSession() as http:
+            body = {"model": "m", "lines": ["fix the bug"]}
+            async with http.post(gw.url() + "/v1/echo", json=body, headers={"Authorization": f"Bearer {token}"}) as r:
+                status, answer = r.status, await r.json()
+    assert (status, answer) == (400, {"echo_error": "prompt too long", "status": 400, "why": "context_length_exceeded"})
