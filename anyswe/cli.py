@@ -226,6 +226,9 @@ def results(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per row.")] = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="CSV on stdout.")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="Every column (the default view fits 100).")] = False,
+    over: Annotated[
+        Path | None, typer.Option("--over", help="An exclusion list (gold-check's): rates over the rest only.")
+    ] = None,
 ) -> None:
     """Result tables of a run: per cell (resolve rate with 95% Wilson interval, ...), per repo, or per instance."""
     from anyswe.results.tables import cell_table, instance_matrix, repo_table, task_frame
@@ -235,7 +238,7 @@ def results(
     if by not in tables:
         fail(ResultsError(f"--by must be one of {', '.join(tables)}, not {by!r}"))
     try:
-        table = tables[by](task_frame(run_dir))
+        table = tables[by](task_frame(run_dir, over))
     except AnysweError as exc:
         fail(exc)
     if as_json:
@@ -250,9 +253,12 @@ def results(
         print_table(rows, title=f"{run_dir} by {by}")
         for line in legend:
             typer.echo(line)
-        from anyswe.results.tables import run_exclusions
+        from anyswe.results.tables import over_exclusions, run_exclusions
 
-        _note_exclusions(run_exclusions(run_dir))
+        try:
+            _note_exclusions(run_exclusions(run_dir) | over_exclusions(over))
+        except AnysweError as exc:
+            fail(exc)
 
 
 @app.command()

@@ -25,6 +25,8 @@ class ExcludedInstance(BaseModel):
     reason: str = ""
     #: provider -> the tests that failed with the gold patch there (empty: it did not apply, say)
     failing: dict[str, list[str]] = Field(default_factory=dict)
+    #: provider -> the gold census's bucket there (supported, flaky, broken, no-verdict)
+    census: dict[str, str] = Field(default_factory=dict)
 
 
 class ExclusionList(BaseModel):
@@ -36,6 +38,7 @@ class ExclusionList(BaseModel):
     dataset: str = ""
     checked_on: list[str] = Field(default_factory=list, description="The providers the gold check ran on.")
     source: str = Field(default="", description="What wrote the list (a gold-check run directory).")
+    passes: int = Field(default=1, ge=1, description="Gold and empty-patch passes per instance and provider.")
     exclude: list[ExcludedInstance] = Field(default_factory=list)
 
     def write(self, path: Path) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from anyswe.errors import DatasetError
-from anyswe.grading.ladder import empty_patch_verdict, grade_patch
+from anyswe.grading.ladder import empty_patch_verdict, grade_patch, grade_unpatched
 from anyswe.sandbox import SandboxRequest
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ async def grade_in_sandbox(
     run_id: str = "",
     task_id: str = "",
     stop_in_background: bool = True,
+    unpatched: bool = False,
 ) -> Verdict:
     """Grade ``patch`` in a fresh sandbox of ``image``: nothing an agent did outside its patch reaches the tests.
 
@@ -54,15 +55,21 @@ async def grade_in_sandbox(
     sweep waits for it); a caller of its own (``grade``) waits for the removal itself, since its
     event loop may end as soon as the verdict is in.
     """
-    if not patch.strip():
+    if not patch.strip() and not unpatched:
         return empty_patch_verdict(instance, harness)
+
+    async def grading(sandbox: Sandbox[Any]) -> Verdict:
+        if unpatched:
+            return await grade_unpatched(sandbox, instance, harness, timeout=timeout)
+        return await grade_patch(sandbox, instance, harness, patch, timeout=timeout)
+
     request = SandboxRequest(image, run_id=run_id, task_id=task_id, phase="grading")
     grader = await provider.start(request)
     if not stop_in_background:
         async with grader:
-            return await grade_patch(grader, instance, harness, patch, timeout=timeout)
+            return await grading(grader)
     with stopped_on_failure(grader):
-        verdict = await grade_patch(grader, instance, harness, patch, timeout=timeout)
+        verdict = await grading(grader)
     provider.stop_later(grader)  # the verdict is in; the runtime's teardown is off the caller's path
     return verdict
 
@@ -77,6 +84,7 @@ async def grade_async(
     image: str | None = None,
     timeout: float = 1800.0,
     images: ImageResolver | None = None,
+    unpatched: bool = False,
 ) -> Verdict:
     """Grade ``patch`` (a unified diff against the image's starting point) for ``instance`` on ``provider``.
 
@@ -86,7 +94,8 @@ async def grade_async(
     swebench knows its repository. ``provider``: a type name (``docker``, ``apptainer``), a provider
     config, or a provider (whose concurrency bound is then shared); None: the reference backend.
     ``harness`` and ``image`` (an image reference template) override the dataset's. The verdict names
-    the image and its digests.
+    the image and its digests. ``unpatched``: run the tests on the image as it is (``patch`` unused):
+    what they say without a fix, as a gold census's empty pass asks.
     An infrastructure failure raises :class:`~anyswe.errors.InfraError`, as in a run (where it is masked).
     """
     from anyswe.grading import get_harness, harness_for
@@ -109,7 +118,9 @@ async def grade_async(
     runnable = await resolver.image_for(prov, ImageSource.choose(ds, prov.config), row)
     provenance = await resolver.provenance(prov, runnable)
     harness_ = get_harness(name)
-    verdict = await grade_in_sandbox(prov, runnable, row, harness_, patch, timeout=timeout, stop_in_background=False)
+    verdict = await grade_in_sandbox(
+        prov, runnable, row, harness_, patch, timeout=timeout, stop_in_background=False, unpatched=unpatched
+    )
     verdict.image, verdict.harness = runnable, name
     verdict.image_digest, verdict.image_source_digest = provenance.digest, provenance.source_digest
     return verdict

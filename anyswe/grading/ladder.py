@@ -96,20 +96,35 @@ async def _grade_patch(
             apply_log=apply_log,
             test_output=apply_log,
         )
-    await sandbox.write_file(EVAL_PATH, script.encode(), mode=0o755)
-    # One stream, stderr folded in: `set -x` puts the markers on stderr, in order with pytest's output.
-    script_then_marker = f"/bin/bash {EVAL_PATH} 2>&1; rc=$?; echo; echo {END_MARKER} $rc"
-    r = await sandbox.exec(
-        ["bash", "-c", script_then_marker], workdir=harness.workdir, timeout=timeout, max_output=EVAL_OUTPUT_BYTES
-    )
     applied: dict[str, Any] = {
         "patch_exists": True,
         "patch_applied": True,
         "applied_by": rung,
         "eval_script": script,
         "apply_log": apply_log,
-        "tests_timed_out": r.timed_out,
     }
+    return await _run_eval(sandbox, instance, harness, timeout=timeout, applied=applied)
+
+
+async def grade_unpatched(sandbox: Sandbox[Any], instance: Instance, harness: Harness, *, timeout: float) -> Verdict:
+    """The eval script run on the image as it is, no patch applied: what the tests say without a fix
+    (a gold census's empty pass; a run's empty patch is unresolved without running anything)."""
+    script = harness.eval_script(instance)
+    applied: dict[str, Any] = {"patch_exists": False, "patch_applied": False, "eval_script": script}
+    return await _run_eval(sandbox, instance, harness, timeout=timeout, applied=applied)
+
+
+async def _run_eval(
+    sandbox: Sandbox[Any], instance: Instance, harness: Harness, *, timeout: float, applied: dict[str, Any]
+) -> Verdict:
+    script = applied["eval_script"]
+    await sandbox.write_file(EVAL_PATH, script.encode(), mode=0o755)
+    # One stream, stderr folded in: `set -x` puts the markers on stderr, in order with pytest's output.
+    script_then_marker = f"/bin/bash {EVAL_PATH} 2>&1; rc=$?; echo; echo {END_MARKER} $rc"
+    r = await sandbox.exec(
+        ["bash", "-c", script_then_marker], workdir=harness.workdir, timeout=timeout, max_output=EVAL_OUTPUT_BYTES
+    )
+    applied = {**applied, "tests_timed_out": r.timed_out}
     if r.stdout_dropped:
         # swebench's log parsers read every test's status line: one cut from the middle of the log
         # would read as a test that did not pass, so a cut log is not graded. Nor is it masked: the

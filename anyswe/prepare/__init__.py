@@ -28,13 +28,19 @@ def prepare_images(spec: Spec, **options: Any) -> PrepareReport:
 
 
 def gold_check(
-    spec: Spec, *, providers: list[str] | None = None, run_dir: Path | None = None, out: Path | None = None
+    spec: Spec,
+    *,
+    providers: list[str] | None = None,
+    run_dir: Path | None = None,
+    out: Path | None = None,
+    passes: int = 1,
 ) -> GoldCheck:
-    """Run the gold agent over ``spec``'s instances per provider; write the exclusion list to ``out``."""
+    """The gold census of ``spec``'s instances per provider (``passes`` gold and empty-patch passes each);
+    write the exclusion list to ``out``."""
     from anyswe._sync import run_sync
     from anyswe.prepare.gold import gold_check_async
 
-    found = run_sync(gold_check_async(spec, providers=providers, run_dir=run_dir))
+    found = run_sync(gold_check_async(spec, providers=providers, run_dir=run_dir, passes=passes))
     if out is not None:
         found.exclusions.write(out)
     return found

@@ -143,18 +143,22 @@ def gold_check_cmd(
         list[str] | None, typer.Option("--provider", "-p", help="Providers to check (default: the spec's).")
     ] = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Where the gold run goes.")] = None,
+    passes: Annotated[
+        int, typer.Option("--passes", min=1, help="Gold and empty-patch passes per instance and provider.")
+    ] = 1,
     set_: SetOpt = None,
 ) -> None:
-    """Run the gold patches on each provider; list the instances they do not resolve, and write an
-    exclusion list a spec names with ``dataset.exclude_file``."""
+    """A gold census: run the gold patches and an empty patch ``--passes`` times on each provider, put each
+    instance in a bucket (supported, flaky, broken, no-verdict) with each pass's evidence, and write an
+    exclusion list of the flaky and broken ones, which a spec names with ``dataset.exclude_file``."""
     from anyswe.prepare import gold_check
     from anyswe.spec import load_spec
 
     try:
-        found = gold_check(load_spec(spec, set_ or ()), providers=providers, run_dir=run_dir, out=out)
+        found = gold_check(load_spec(spec, set_ or ()), providers=providers, run_dir=run_dir, out=out, passes=passes)
     except AnysweError as exc:
         fail(exc)
-    print_table(found.rows(), title=f"gold patches per provider ({found.run_dir})")
+    print_table(found.rows(), title=f"gold census, {found.passes} pass(es) per provider ({found.run_dir})")
     for entry in found.exclusions.exclude:
         tests = "; ".join(f"{p}: {', '.join(t[:5]) or '-'}" for p, t in entry.failing.items())
         typer.echo(f"exclude {entry.instance_id}: {entry.reason} (failing: {tests})")

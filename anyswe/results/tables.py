@@ -54,18 +54,30 @@ def exclusion_note(excluded: dict[str, str]) -> str | None:
     return f"excluded on every provider: {len(excluded)} instance(s): {ids}"
 
 
-def task_frame(run_dir: str | Path) -> pl.DataFrame:
-    """One row per task (its latest attempt), typed by :class:`~anyswe.results.schema.TaskResult`."""
+def task_frame(run_dir: str | Path, over: Path | None = None) -> pl.DataFrame:
+    """One row per task (its latest attempt), typed by :class:`~anyswe.results.schema.TaskResult`.
+
+    ``over``: an exclusion list (a gold census's): its instances count nowhere either, so the rates
+    are over the supported set of a run made without it."""
     path = Path(run_dir) / RESULTS
     if not path.is_file():
         raise ResultsError(f"no {RESULTS} in {run_dir} (is it a run directory?)")
     results = latest_attempts(read_results(path))
     # Rows of instances excluded since they ran (an exclusion list added later) count nowhere.
-    excluded = run_exclusions(run_dir)
+    excluded = run_exclusions(run_dir) | over_exclusions(over)
     results = [r for r in results if r.instance_id not in excluded]
     if not results:
         raise ResultsError(f"{path} has no results yet")
     return results_frame(results).sort(["cell", "instance_id", "sample"])
+
+
+def over_exclusions(over: Path | None) -> dict[str, str]:
+    """instance_id -> reason of an exclusion list given to the tables (none: empty)."""
+    if over is None:
+        return {}
+    from anyswe.datasets.exclusions import Exclusions
+
+    return Exclusions.of([], over).reasons
 
 
 def counted(tasks: pl.DataFrame) -> pl.Expr:
