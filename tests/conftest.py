@@ -47,6 +47,7 @@ def needs_containers(item: pytest.Item) -> bool:
 #: 1,000-rollout leak test, one test of over four minutes, last of all, with one worker idle). The
 #: longest first, then the rest in their order: the workers end close together.
 LONGEST_FIRST = (
+    "e2e/test_real_multilingual.py",
     "e2e/test_cli_agent_edges.py",
     "e2e/test_cli_agents.py",
     "e2e/test_fault_suite.py",

@@ -18,44 +18,40 @@ if TYPE_CHECKING:
 SWEBENCH_IMAGE = "swebench/sweb.eval.x86_64.{instance_id_docker}:latest"
 
 
-class _SWEbench(Benchmark):
+class SWEbenchFamily(Benchmark):
+    """The benchmarks swebench grades: its specs, scripts and parsers; its image names."""
+
     harness: ClassVar[str] = "swebench"
     image_template: ClassVar[str | None] = SWEBENCH_IMAGE
     # What an instance image adds when built: the repository and its installed package (its env image is shared).
     instance_build_bytes: ClassVar[int] = 1 << 30
 
     async def build_instance(self, instance: Instance, repo_mirror: Path) -> str:
-        # swebench 4.1.0's own chain (base -> env -> instance), for the Python specs (images/swebench_build.py).
-        from anyswe.images.swebench_build import build_instance_image
+        # swebench 4.1.0's own chain for the repository's language (images/swebench_build.py, swebench_c.py).
+        from anyswe.images.swebench_c import build_swebench_image
 
-        return (await build_instance_image(instance, repo_mirror)).summary
+        return (await build_swebench_image(instance, repo_mirror)).summary
 
 
-class SWEbenchVerified(_SWEbench):
+class SWEbenchVerified(SWEbenchFamily):
     name: ClassVar[str] = "swe-bench-verified"
     hub_names: ClassVar[tuple[str, ...]] = ("princeton-nlp/SWE-bench_Verified", "SWE-bench/SWE-bench_Verified")
     aliases: ClassVar[tuple[str, ...]] = ("verified",)
 
 
-class SWEbenchLite(_SWEbench):
+class SWEbenchLite(SWEbenchFamily):
     name: ClassVar[str] = "swe-bench-lite"
     hub_names: ClassVar[tuple[str, ...]] = ("princeton-nlp/SWE-bench_Lite", "SWE-bench/SWE-bench_Lite")
     aliases: ClassVar[tuple[str, ...]] = ("lite",)
 
 
-class SWEbenchFull(_SWEbench):
+class SWEbenchFull(SWEbenchFamily):
     name: ClassVar[str] = "swe-bench"
     hub_names: ClassVar[tuple[str, ...]] = ("princeton-nlp/SWE-bench", "SWE-bench/SWE-bench")
     aliases: ClassVar[tuple[str, ...]] = ("full",)
 
 
-class SWEbenchMultilingual(_SWEbench):
-    name: ClassVar[str] = "swe-bench-multilingual"
-    hub_names: ClassVar[tuple[str, ...]] = ("SWE-bench/SWE-bench_Multilingual",)
-    aliases: ClassVar[tuple[str, ...]] = ("multilingual",)
-
-
-class SWEbenchMultimodal(_SWEbench):
+class SWEbenchMultimodal(SWEbenchFamily):
     name: ClassVar[str] = "swe-bench-multimodal"
     hub_names: ClassVar[tuple[str, ...]] = ("princeton-nlp/SWE-bench_Multimodal", "SWE-bench/SWE-bench_Multimodal")
     aliases: ClassVar[tuple[str, ...]] = ("multimodal",)

@@ -86,7 +86,7 @@ BENCHMARKS.register("demo-swebench", "anyswe.datasets.demo:DemoSwebenchBenchmark
 BENCHMARKS.register("swe-bench-verified", "anyswe.datasets.hub:SWEbenchVerified")
 BENCHMARKS.register("swe-bench-lite", "anyswe.datasets.hub:SWEbenchLite")
 BENCHMARKS.register("swe-bench", "anyswe.datasets.hub:SWEbenchFull")
-BENCHMARKS.register("swe-bench-multilingual", "anyswe.datasets.hub:SWEbenchMultilingual")
+BENCHMARKS.register("swe-bench-multilingual", "anyswe.datasets.multilingual:SWEbenchMultilingual")
 BENCHMARKS.register("swe-bench-multimodal", "anyswe.datasets.hub:SWEbenchMultimodal")
 BENCHMARKS.register("r2e-gym", "anyswe.datasets.hub:R2EGym")
 

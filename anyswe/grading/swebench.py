@@ -99,6 +99,15 @@ def known_repo(repo: str) -> bool:
     return repo in _official_repos()
 
 
+def repo_language(repo: str) -> str:
+    """swebench's language of an official repository (``MAP_REPO_TO_EXT``: py, c, js, go, ...); "" if unknown."""
+    if not known_repo(repo):
+        return ""
+    from swebench.harness.constants import MAP_REPO_TO_EXT
+
+    return str(MAP_REPO_TO_EXT.get(repo, ""))
+
+
 _OVERLAY = threading.Lock()
 
 

@@ -17,7 +17,7 @@ import socket
 import stat
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from anyswe.config import cache_dir
@@ -46,11 +46,23 @@ def _writable_copy(mirror: Path, dest: Path) -> None:
 async def serve_mirror(mirror: Path) -> AsyncIterator[str]:
     """A copy of the bare repository ``mirror`` served read-only by ``git daemon`` on the build network;
     yields its ``git://`` URL (in place of swebench's GitHub URL), stops the daemon afterwards."""
+    async with serve_mirrors([mirror]) as (url,):
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serve_mirrors(mirrors: Sequence[Path]) -> AsyncIterator[tuple[str, ...]]:
+    """:func:`serve_mirror` of several repositories (a repository and its submodules') by one daemon;
+    yields their URLs in order. Their directory names must differ."""
+    names = [m.name for m in mirrors]
+    if len(set(names)) != len(names):
+        raise ImageBuildError(f"mirrors served together need distinct names: {names}")
     host = await build_network_address()
     root = cache_dir() / "swebench-build"
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root, prefix="mirror-") as tmp:
-        await asyncio.to_thread(_writable_copy, mirror, Path(tmp) / mirror.name)
+        for mirror in mirrors:
+            await asyncio.to_thread(_writable_copy, mirror, Path(tmp) / mirror.name)
         port = _free_port(host)
         log = open(Path(tmp) / "daemon.log", "wb")  # noqa: SIM115 - held while the daemon runs
         proc = await asyncio.create_subprocess_exec(
@@ -69,7 +81,7 @@ async def serve_mirror(mirror: Path) -> AsyncIterator[str]:
         )
         try:
             await _wait_listening(host, port, proc)
-            yield f"git://{host}:{port}/{mirror.name}"
+            yield tuple(f"git://{host}:{port}/{name}" for name in names)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -99,4 +111,4 @@ async def _wait_listening(host: str, port: int, proc: asyncio.subprocess.Process
     raise ImageBuildError(f"git daemon did not listen on {host}:{port} within 15 s")
 
 
-__all__ = ["serve_mirror"]
+__all__ = ["serve_mirror", "serve_mirrors"]

@@ -183,7 +183,7 @@ def _ca_lines(context: Path) -> dict[str, str]:
     }
 
 
-def _digest(*parts: str) -> str:
+def digest(*parts: str) -> str:
     h = hashlib.sha256()
     for part in parts:
         h.update(part.encode())
@@ -197,14 +197,14 @@ def activate_script() -> str:
 
 def base_tag(debian: str) -> str:
     """``anyswe/sweb.base.py.x86_64.<debian>-<hash>:latest``; the hash covers the base recipe."""
-    h = _digest(_file("base.Dockerfile"), activate_script(), _file("conda"), debian)[:10]
+    h = digest(_file("base.Dockerfile"), activate_script(), _file("conda"), debian)[:10]
     return f"anyswe/sweb.base.py.x86_64.{debian}-{h}:latest"
 
 
 def env_tag(setup_env: str, base: str) -> str:
     """Like swebench's ``env_image_key`` (a hash of the env script), with the base image in the hash:
     a changed base (or stand-in) makes new env images."""
-    h = _digest(setup_env, base, _file("env.Dockerfile"))[:22]
+    h = digest(setup_env, base, _file("env.Dockerfile"))[:22]
     return f"anyswe/sweb.env.py.x86_64.{h}:latest"
 
 
@@ -212,14 +212,14 @@ def _logs() -> Path:
     return cache_dir() / "swebench-build" / "logs"
 
 
-def _log_path(tag: str) -> Path:
+def log_path(tag: str) -> Path:
     return _logs() / (tag.replace("/", "_").replace(":", "_") + ".log")
 
 
 # -- building --------------------------------------------------------------------------------------
 
 
-async def _build(kind: str, tag: str, files: dict[str, str], dockerfile: str) -> Step:
+async def build_step(kind: str, tag: str, files: dict[str, str], dockerfile: str) -> Step:
     step = Step(kind, tag)
     if await image_present(tag):
         return step
@@ -233,9 +233,9 @@ async def _build(kind: str, tag: str, files: dict[str, str], dockerfile: str) ->
             (context / name).write_text(text)
         (context / "Dockerfile").write_text(dockerfile.format(**fields))
         try:
-            await build_image(context / "Dockerfile", tag, log=_log_path(tag), timeout=BUILD_TIMEOUT)
+            await build_image(context / "Dockerfile", tag, log=log_path(tag), timeout=BUILD_TIMEOUT)
         except ImageBuildError as exc:
-            raise ImageBuildError(f"{exc}\n(the whole {kind} build's output: {_log_path(tag)})") from None
+            raise ImageBuildError(f"{exc}\n(the whole {kind} build's output: {log_path(tag)})") from None
     step.built, step.seconds = True, time.monotonic() - t0
     return step
 
@@ -250,7 +250,7 @@ async def build_base_image(debian: str) -> Step:
         )
     files = {"activate": activate_script(), "conda": _file("conda")}
     dockerfile = _file("base.Dockerfile").replace("{debian_image}", debian_image)
-    return await _build("base", base_tag(debian), files, dockerfile)
+    return await build_step("base", base_tag(debian), files, dockerfile)
 
 
 async def build_env_image(instance: Instance) -> tuple[Step, Step]:
@@ -259,7 +259,7 @@ async def build_env_image(instance: Instance) -> tuple[Step, Step]:
     base = await build_base_image(debian_release(instance))
     tag = env_tag(setup_env, base.tag)
     dockerfile = _file("env.Dockerfile").replace("{base_image}", base.tag)
-    env = await _build("env", tag, {"setup_env.sh": setup_env}, dockerfile)
+    env = await build_step("env", tag, {"setup_env.sh": setup_env}, dockerfile)
     return base, env
 
 
@@ -284,7 +284,7 @@ async def build_instance_image(instance: Instance, repo_mirror: Path, *, verify:
 
     async with serve_mirror(mirror) as url:
         setup_repo = sb.repo_script(instance, clone_from=url)
-        step = await _build(
+        step = await build_step(
             "instance", tag, {"setup_repo.sh": setup_repo}, _file("instance.Dockerfile").replace("{env_image}", env)
         )
     step.seconds = time.monotonic() - t0
@@ -354,10 +354,13 @@ __all__ = [
     "build_base_image",
     "build_env_image",
     "build_instance_image",
+    "build_step",
     "check_instance_image",
     "debian_release",
+    "digest",
     "env_setup_script",
     "env_tag",
     "find_mirror",
     "image_facts",
+    "log_path",
 ]

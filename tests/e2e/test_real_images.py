@@ -23,22 +23,17 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import subprocess
-import sys
-import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from realkit import ByHandRun, apply_spec, docker, run_by_hand
 
 from anyswe.datasets.instance import Instance
 from anyswe.grading import diffs
 from anyswe.grading import swebench as sb
 from anyswe.results.schema import TaskResult
-from anyswe.results.store import read_results
 
 pytestmark = [pytest.mark.containers, pytest.mark.real_images]
 
@@ -65,18 +60,6 @@ GOLD_FAILS = {
 #: `sed -i 's/>=>=/>=/' setup.cfg`, but setup.cfg at its base commit has no `>=>=` (measured): its
 #: setup commit is empty, as in swebench's own build of it.
 SETUP_COMMIT_FILES = {i: (["tox.ini"] if i.startswith("sphinx-doc__") else []) for i in REAL_IDS}
-EVAL_TIMEOUT = 1800
-
-
-@dataclass
-class ByHandRun:
-    """One eval run by hand: what was applied, the eval script's whole output, how long it took."""
-
-    patch: str
-    applied: bool
-    apply_output: str
-    output: str
-    seconds: float
 
 
 # -- fixtures ----------------------------------------------------------------------------------------
@@ -106,43 +89,6 @@ def real_images(real_instances: dict[str, Instance], repo_mirror: Path, bullseye
     assert not report.failed, "\n".join(f"{j.ref}: {j.error}" for j in report.failed)
     assert {j.status for j in report.jobs} <= {"built", "present"}
     return {i: sb.official_image(i) for i in real_instances}
-
-
-def _docker(*argv: str, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", *argv], input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def run_by_hand(image: str, instance: Instance, patch: str) -> ByHandRun:
-    """swebench's procedure with plain docker: a fresh container, the patch by `git apply -v` (none if
-    empty), swebench's eval script by `/bin/bash /eval.sh` with stdout and stderr together."""
-    started = _docker("run", "-d", "--network", "none", "--entrypoint", "sleep", image, "infinity")
-    assert started.returncode == 0, started.stderr
-    container = started.stdout.strip()
-    try:
-        applied, apply_output = True, ""
-        if patch:
-            put = _docker("exec", "-i", container, "/bin/bash", "-c", "cat > /tmp/patch.diff", stdin=patch)
-            assert put.returncode == 0, put.stderr
-            r = _docker("exec", "-w", "/testbed", container, "git", "apply", "-v", "/tmp/patch.diff")
-            applied, apply_output = r.returncode == 0, r.stdout + r.stderr
-        script = sb.eval_script(instance)
-        put = _docker("exec", "-i", container, "/bin/bash", "-c", "cat > /eval.sh", stdin=script)
-        assert put.returncode == 0, put.stderr
-        t0 = time.monotonic()
-        with tempfile.TemporaryFile("w+") as out:
-            subprocess.run(
-                ["docker", "exec", container, "/bin/bash", "/eval.sh"],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=EVAL_TIMEOUT,
-                check=False,
-            )
-            seconds = time.monotonic() - t0
-            out.seek(0)
-            output = out.read()
-        return ByHandRun(patch, applied, apply_output, output, seconds)
-    finally:
-        _docker("rm", "-f", container)
 
 
 @pytest.fixture(scope="session")
@@ -215,14 +161,14 @@ def test_the_setup_commit_holds_the_pre_install_edits(
 
 def test_no_copy_of_the_mirror_is_left_in_the_images(real_images: dict[str, str]) -> None:
     for image in real_images.values():
-        r = _docker(
+        r = docker(
             "run", "--rm", "--network", "none", "--entrypoint", "/bin/bash", image, "-c",
             "find / -xdev -name '*.git' -not -path '/testbed/*' -not -path /proc; ls /root",
         )  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert r.stdout.split() == ["setup_env.sh", "setup_repo.sh"], f"{image}: {r.stdout}"
         # No layer of the image added a repository (the clone came over git://, not by COPY).
-        history = _docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", image).stdout
+        history = docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", image).stdout
         assert ".git" not in history.replace("git config", "").replace("/testbed", ""), history
 
 
@@ -260,17 +206,16 @@ def test_sphinx_runs_pytest_with_rA(instance_id: str, by_hand_runs: dict[str, An
 
 def test_a_failing_build_step_shows_its_own_output(bullseye_image: str) -> None:
     from anyswe.errors import ImageBuildError
-    from anyswe.images.swebench_build import _build
+    from anyswe.images.swebench_build import build_step
 
     dockerfile = f"FROM {bullseye_image}\nRUN echo the-step-said-this && false\n"
     with pytest.raises(ImageBuildError) as exc:
-        asyncio.run(_build("env", "anyswe/test-real-images-fail:latest", {}, dockerfile))
+        asyncio.run(build_step("env", "anyswe/test-real-images-fail:latest", {}, dockerfile))
     assert "the-step-said-this" in str(exc.value) and "the whole env build's output" in str(exc.value)
 
 
 # -- anyswe's own verdicts, through `anyswe apply`, on docker and apptainer ------------------------------
 
-ANYSWE = [sys.executable, "-m", "anyswe"]
 PROVIDERS = ("docker", "apptainer")
 #: One pytest and one sphinx instance for the agents: each agent on each runtime must resolve both.
 AGENT_IDS = ("pytest-dev__pytest-7490", "sphinx-doc__sphinx-10466")
@@ -294,25 +239,13 @@ timeouts: {{agent: 600, grading: 1800}}
 """
 
 
-def _apply(spec: Path, run_dir: Path) -> dict[tuple[str, str, str], TaskResult]:
-    """``anyswe apply`` as a user runs it; (agent, provider, instance_id) -> the row of its one attempt."""
-    r = subprocess.run(
-        [*ANYSWE, "apply", str(spec), "--out", str(run_dir)], capture_output=True, text=True, timeout=5400
-    )
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
-    rows = read_results(run_dir / "results.jsonl")
-    found = {(row.agent, row.provider, row.instance_id): row for row in rows}
-    assert len(found) == len(rows), "no task ran twice (the spec allows one attempt)"
-    return found
-
-
 @pytest.fixture(scope="session")
 def anyswe_gold_noop(
     real_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, dict[tuple[str, str, str], TaskResult]]:
     """specs/real_images.yaml applied: gold and noop x docker and apptainer over the 7 images."""
     run_dir = tmp_path_factory.mktemp("real-images") / "run"
-    return run_dir, _apply(SPEC, run_dir)
+    return run_dir, apply_spec(SPEC, run_dir)
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -366,7 +299,7 @@ def anyswe_agents(
             image="swebench/sweb.eval.x86_64.{instance_id_docker}:latest",
         )
     )
-    return _apply(spec, root / "run")
+    return apply_spec(spec, root / "run")
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

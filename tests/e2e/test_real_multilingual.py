@@ -1,0 +1,178 @@
+"""Real SWE-bench Multilingual C and C++ instance images, built here offline, graded by hand with swebench's
+own tools and through ``anyswe apply`` on docker and apptainer.
+
+The images come from ``anyswe prepare images specs/multilingual_c.yaml --build --repo-mirror
+../shared/swebench/repos`` (swebench 4.1.0's C chain on Debian 12: anyswe/images/swebench_c.py).
+The reference for every verdict is swebench's own procedure run with plain docker (tests/e2e/realkit.py):
+the patch by ``git apply -v``, swebench's eval script (which rebuilds the project: ``make``, ``cmake
+--build``), its log parser and ``get_eval_report``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from realkit import ByHandRun, apply_spec, docker, run_by_hand
+
+from anyswe.datasets.instance import Instance
+from anyswe.grading import diffs
+from anyswe.grading import swebench as sb
+from anyswe.results.schema import TaskResult
+
+pytestmark = [pytest.mark.containers, pytest.mark.real_images]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SPEC = REPO_ROOT / "specs" / "multilingual_c.yaml"
+IDS = ("jqlang__jq-2839", "fmtlib__fmt-3248", "redis__redis-12472")
+PROVIDERS = ("docker", "apptainer")
+
+
+@pytest.fixture(scope="session")
+def ml_instances(shared_swebench: Path) -> dict[str, Instance]:
+    from anyswe.plan import make_plan
+    from anyswe.spec import load_spec
+
+    plan = make_plan(load_spec(SPEC))
+    found = {i.instance_id: i for i in plan.instances}
+    assert sorted(found) == sorted(IDS)
+    return found
+
+
+@pytest.fixture(scope="session")
+def ml_images(ml_instances: dict[str, Instance], repo_mirror: Path, docker_image: str) -> dict[str, str]:
+    """instance_id -> its docker image, by the code path of `prepare images --build` (docker only)."""
+    from anyswe.plan import make_plan
+    from anyswe.prepare.images import prepare_images_async
+    from anyswe.spec import load_spec
+
+    plan = make_plan(load_spec(SPEC, ["matrix.providers=[docker]"]))
+    report = asyncio.run(prepare_images_async(plan, jobs=1, build=True, repo_mirror=repo_mirror, progress=False))
+    assert not report.failed, "\n".join(f"{j.ref}: {j.error}" for j in report.failed)
+    return {i: sb.official_image(i) for i in ml_instances}
+
+
+@pytest.fixture(scope="session")
+def ml_by_hand(ml_images: dict[str, str], ml_instances: dict[str, Instance]) -> dict[str, dict[str, ByHandRun]]:
+    """instance_id -> {"gold": run, "empty": run}: swebench's procedure with plain docker."""
+    work = [(i, kind) for i in ml_images for kind in ("gold", "empty")]
+
+    def one(item: tuple[str, str]) -> ByHandRun:
+        i, kind = item
+        return run_by_hand(ml_images[i], ml_instances[i], ml_instances[i].patch if kind == "gold" else "")
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = list(pool.map(one, work))
+    out: dict[str, dict[str, ByHandRun]] = {}
+    for (i, kind), run in zip(work, runs, strict=True):
+        out.setdefault(i, {})[kind] = run
+    return out
+
+
+@pytest.fixture(scope="session")
+def ml_verdicts(
+    ml_by_hand: dict[str, dict[str, ByHandRun]], ml_instances: dict[str, Instance]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """instance_id -> {"gold"|"empty": {"resolved", "tests_status"}} by swebench's ``get_eval_report``."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for i, runs in ml_by_hand.items():
+        for kind, run in runs.items():
+            report = sb.eval_report(ml_instances[i], run.output, model_patch=run.patch)
+            out.setdefault(i, {})[kind] = {"resolved": report["resolved"], "tests_status": report["tests_status"]}
+    return out
+
+
+# -- the images --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("instance_id", IDS)
+def test_head_is_the_base_commit_with_nothing_after_it(
+    instance_id: str, ml_images: dict[str, str], ml_instances: dict[str, Instance]
+) -> None:
+    from anyswe.images.swebench_c import check_c_image
+
+    # swebench's C chain makes no setup commit: HEAD is the base commit, nothing after it is reachable.
+    facts = asyncio.run(check_c_image(ml_images[instance_id], ml_instances[instance_id]))
+    assert facts["head"] == ml_instances[instance_id].base_commit and facts["after_base"] == []
+
+
+def test_jqs_submodule_is_checked_out_at_its_gitlink_and_still_names_github(ml_images: dict[str, str]) -> None:
+    script = (
+        "cd /testbed && git submodule status && git config --get submodule.modules/oniguruma.url"
+        " && git -C modules/oniguruma config --get remote.origin.url && test -f modules/oniguruma/src/oniguruma.h"
+    )
+    r = docker(
+        "run", "--rm", "--network", "none", "--entrypoint", "/bin/bash", ml_images["jqlang__jq-2839"], "-c", script
+    )
+    assert r.returncode == 0, r.stderr
+    # The gitlink of jq's base commit (../shared/swebench/repos/README.md), cloned from the mirror, with
+    # the URL swebench's own image holds.
+    assert r.stdout.split()[:2] == ["d2f1a14ced5d5d461acac0da0d477ab240a7ab5f", "modules/oniguruma"]
+    assert r.stdout.split()[-2:] == ["https://github.com/kkos/oniguruma.git"] * 2
+
+
+def test_each_image_names_what_differs_from_the_official_one(ml_images: dict[str, str]) -> None:
+    for image in ml_images.values():
+        r = docker("image", "inspect", "--format", '{{index .Config.Labels "org.anyswe.differs"}}', image)
+        assert "Debian 12" in r.stdout and "mirrors" in r.stdout, (image, r.stdout, r.stderr)
+
+
+def test_no_copy_of_a_mirror_is_left_in_the_images(ml_images: dict[str, str]) -> None:
+    for image in ml_images.values():
+        r = docker(
+            "run", "--rm", "--network", "none", "--entrypoint", "/bin/bash", image, "-c",
+            "find / -xdev -name '*.git' -not -path '/testbed/*' -not -path /proc; ls /root",
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["setup_repo.sh"], f"{image}: {r.stdout}"
+
+
+# -- by hand, with swebench's own eval script and get_eval_report ------------------------------------
+
+
+@pytest.mark.parametrize("instance_id", IDS)
+def test_gold_resolves_by_hand_and_an_empty_patch_does_not(
+    instance_id: str, ml_by_hand: dict[str, Any], ml_verdicts: dict[str, Any]
+) -> None:
+    gold = ml_by_hand[instance_id]["gold"]
+    assert gold.applied, gold.apply_output
+    assert sb.END_TEST_OUTPUT in gold.output
+    assert ml_verdicts[instance_id]["gold"]["resolved"] is True, ml_verdicts[instance_id]["gold"]["tests_status"]
+    empty = ml_verdicts[instance_id]["empty"]
+    assert empty["resolved"] is False and empty["tests_status"]["FAIL_TO_PASS"]["failure"]
+
+
+# -- anyswe's own verdicts, through `anyswe apply` ----------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def ml_gold_noop(
+    ml_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[tuple[str, str, str], TaskResult]]:
+    run_dir = tmp_path_factory.mktemp("multilingual-c") / "run"
+    return run_dir, apply_spec(SPEC, run_dir)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("instance_id", IDS)
+def test_anyswe_gold_and_noop_equal_swebench_by_hand(
+    instance_id: str,
+    provider: str,
+    ml_gold_noop: Any,
+    ml_verdicts: dict[str, Any],
+    ml_instances: dict[str, Instance],
+) -> None:
+    run_dir, rows = ml_gold_noop
+    gold, noop = rows["gold", provider, instance_id], rows["noop", provider, instance_id]
+    for row in (gold, noop):
+        assert row.error_kind is None and not row.mask_sample, row.error
+    assert gold.resolved is ml_verdicts[instance_id]["gold"]["resolved"]
+    report = json.loads((run_dir / "tasks" / gold.key / "report.json").read_text())[instance_id]
+    assert report["tests_status"] == ml_verdicts[instance_id]["gold"]["tests_status"]
+    # Captured against the base commit: the gold patch's files, no build output.
+    assert diffs.touched_files(gold.model_patch) == diffs.touched_files(ml_instances[instance_id].patch)
+    assert noop.model_patch == "" and noop.resolved is ml_verdicts[instance_id]["empty"]["resolved"] is False
