@@ -176,3 +176,44 @@ def test_anyswe_gold_and_noop_equal_swebench_by_hand(
     # Captured against the base commit: the gold patch's files, no build output.
     assert diffs.touched_files(gold.model_patch) == diffs.touched_files(ml_instances[instance_id].patch)
     assert noop.model_patch == "" and noop.resolved is ml_verdicts[instance_id]["empty"]["resolved"] is False
+
+
+# -- an agent ----------------------------------------------------------------------------------------
+
+AGENT_SPEC = """\
+name: multilingual-c-agent
+dataset: {{name: swe-bench-multilingual, path: {rows}, instance_ids: [jqlang__jq-2839]}}
+agents:
+  mini: {{type: mini-swe-agent, step_limit: 10}}
+models:
+  scripted: {{api: scripted}}
+providers:
+  docker: {{type: docker, image: "{image}", memory: 4g}}
+  apptainer: {{type: apptainer, image: "{image}", overlay_size_mb: 2048}}
+concurrency: 2
+retries: {{max_attempts: 1}}
+timeouts: {{agent: 600, grading: 1800}}
+"""
+
+
+@pytest.fixture(scope="session")
+def ml_agent_rows(
+    ml_images: dict[str, str], shared_swebench: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, str, str], TaskResult]:
+    """mini-swe-agent with the scripted oracle on jq-2839, docker and apptainer, through `anyswe apply`."""
+    root = tmp_path_factory.mktemp("multilingual-c-agent")
+    spec = root / "spec.yaml"
+    image = "swebench/sweb.eval.x86_64.{instance_id_docker}:latest"
+    spec.write_text(AGENT_SPEC.format(rows=shared_swebench / "multilingual.jsonl", image=image))
+    return apply_spec(spec, root / "run")
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_mini_swe_agent_with_the_oracle_resolves_a_c_instance(
+    provider: str, ml_agent_rows: dict[tuple[str, str, str], TaskResult], ml_instances: dict[str, Instance]
+) -> None:
+    row = ml_agent_rows["mini", provider, "jqlang__jq-2839"]
+    assert row.error_kind is None and row.resolved and not row.mask_sample, (row.error, row.exit_reason)
+    # Its edit of the source, and nothing the image's build left in the work tree (its submodule's outputs).
+    assert row.model_calls >= 2
+    assert diffs.touched_files(row.model_patch) == diffs.touched_files(ml_instances["jqlang__jq-2839"].patch)
