@@ -166,6 +166,16 @@ class ModelSpec(BaseModel):
             raise ValueError("must be the NAME of an environment variable (e.g. OPENAI_API_KEY), never the key itself")
         return value
 
+    def relative_to(self, base: Path) -> ModelSpec:
+        """The block with its relative paths (a script directory, a replayed run) under ``base``."""
+        model = self
+        if model.script is not None and not model.script.is_absolute():
+            model = model.model_copy(update={"script": base / model.script})
+        if model.replay is not None and not model.replay.run.is_absolute():
+            replay = model.replay.model_copy(update={"run": base / model.replay.run})
+            model = model.model_copy(update={"replay": replay})
+        return model
+
     def endpoint_url(self) -> str | None:
         """``base_url``, or the value of ``base_url_env`` in this process's environment."""
         if self.base_url is not None or self.base_url_env is None:

@@ -217,7 +217,7 @@ def make_plan(spec: Spec, dataset: Dataset | None = None) -> Plan:
     """Expand ``spec``; the dataset is loaded (and filtered) unless given."""
     ds = spec.dataset
     if dataset is None:
-        dataset = load_dataset(ds.name, ds.path, split=ds.split)
+        dataset = load_dataset(ds.name, ds.path, split=ds.split, assets=ds.assets)
     exclusions = Exclusions.of(ds.exclude, ds.exclude_file)
     chosen = filter_instances(dataset.instances, instance_ids=ds.instance_ids, repos=ds.repos)
     # Excluded before the sample is drawn: a limit of N still runs N instances.

@@ -44,6 +44,14 @@ class DatasetSpec(_Strict):
         description="An exclusion list written by `anyswe gold-check` (relative to the spec); its instances "
         "are never run, on every provider, and are listed in the plan, the tables and the report.",
     )
+    assets: Path | None = Field(
+        default=None, description="The benchmark's own assets directory (SWE-bench Pro's; relative to the spec)."
+    )
+
+    def relative_to(self, base: Path) -> DatasetSpec:
+        """The block with its relative paths (to the spec file) made absolute."""
+        paths = {k: getattr(self, k) for k in ("path", "exclude_file", "assets")}
+        return self.model_copy(update={k: base / v for k, v in paths.items() if v is not None and not v.is_absolute()})
 
     @model_validator(mode="after")
     def _name_or_path(self) -> DatasetSpec:
@@ -381,18 +389,10 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         raise SpecError("\n".join(errors))
     # Paths in the spec are relative to the spec file; the run directory to where anyswe runs.
     base = p.resolve().parent
-    if spec.dataset.path is not None and not spec.dataset.path.is_absolute():
-        spec.dataset.path = base / spec.dataset.path
-    if spec.dataset.exclude_file is not None and not spec.dataset.exclude_file.is_absolute():
-        spec.dataset.exclude_file = base / spec.dataset.exclude_file
+    spec.dataset = spec.dataset.relative_to(base)
     for name, provider in list(spec.providers.items()):
         spec.providers[name] = provider.relative_to(base)
-    for name, model in list(spec.models.items()):
-        if model.script is not None and not model.script.is_absolute():
-            spec.models[name] = model = model.model_copy(update={"script": base / model.script})
-        if model.replay is not None and not model.replay.run.is_absolute():
-            replay = model.replay.model_copy(update={"run": base / model.replay.run})
-            spec.models[name] = model.model_copy(update={"replay": replay})
+    spec.models = {name: model.relative_to(base) for name, model in spec.models.items()}
     for cfg in spec.agents.values():
         pred = getattr(cfg, "predictions", None)
         if isinstance(pred, Path) and not pred.is_absolute():

@@ -7,6 +7,7 @@ benchmark names the grading harness its instances are routed to and how their im
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -120,12 +121,19 @@ def _from_r2e(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _validate(rows: Sequence[dict[str, Any]], source: str) -> list[Instance]:
+def _validate(
+    rows: Sequence[dict[str, Any]], source: str, shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> list[Instance]:
     out = []
     seen: set[str] = set()
     for n, row in enumerate(rows, 1):
         if not isinstance(row, dict):
             raise DatasetError(f"{source}: row {n}: expected an object of fields, found a {type(row).__name__}")
+        if shape is not None:
+            try:
+                row = shape(row)
+            except DatasetError as exc:
+                raise DatasetError(f"{source}: row {n}: {exc}") from None
         if "expected_output_json" in row and "FAIL_TO_PASS" not in row:
             row = _from_r2e(row)
         try:
@@ -160,26 +168,37 @@ def hub_rows(hub_name: str, split: str) -> list[dict[str, Any]]:
 
 
 def load_dataset(
-    name: str | None = None, path: str | Path | None = None, *, harness: str | None = None, split: str | None = None
+    name: str | None = None,
+    path: str | Path | None = None,
+    *,
+    harness: str | None = None,
+    split: str | None = None,
+    assets: str | Path | None = None,
 ) -> Dataset:
     """Load a named dataset (rows from ``path`` or the local cache) or a local file of rows.
+
+    ``assets``: the benchmark's own directory of per-instance files its rows need (SWE-bench Pro's run
+    scripts, parsers and Dockerfiles), read as the rows are (:meth:`Benchmark.row`).
 
     The harness is, in order: ``harness`` if given, the named dataset's own, or chosen per instance
     (``auto``: R2E-Gym rows, repos swebench knows, otherwise the generic pytest harness).
     """
     bench = route(name) if name is not None else None
+    given = Path(assets) if assets is not None else None
     if path is not None:
         p = Path(path)
+        shape = functools.partial(bench.row, source=p, assets=given) if bench is not None else None
         # `path:` beside a benchmark's name: its images and harness with rows edited in a file (what
         # `anyswe prepare dataset` writes), e.g. a gold patch broken on purpose, or a hub benchmark's rows.
-        instances = _validate(read_rows(p), str(p))
+        instances = _validate(read_rows(p), str(p), shape)
     elif bench is None:
         raise DatasetError("a dataset needs a name or a path")
     elif (own := bench.rows()) is not None:
         instances = _validate(own, bench.name)
     elif bench.hub_names:
         _, suffix_split = split_name(name or "")
-        instances = _validate(hub_rows(bench.hub_names[-1], split or suffix_split or bench.default_split), bench.name)
+        rows = hub_rows(bench.hub_names[-1], split or suffix_split or bench.default_split)
+        instances = _validate(rows, bench.name, functools.partial(bench.row, source=None, assets=given))
     else:
         raise DatasetError(f"dataset {bench.name!r} needs `path:` to its rows")
     if bench is None:

@@ -56,6 +56,11 @@ class Benchmark:
     def names(cls) -> set[str]:
         return {n.lower() for n in (cls.name, *cls.hub_names, *cls.aliases)}
 
+    def row(self, raw: dict[str, Any], source: Path | None, assets: Path | None) -> dict[str, Any]:
+        """One row as read (from ``source``, a file, or the hub) in SWE-bench's schema, with what grading
+        needs from the benchmark's ``assets`` directory (the dataset block's ``assets:``); as read, by default."""
+        return raw
+
     def rows(self) -> list[dict[str, Any]] | None:
         """The rows this benchmark carries itself, in SWE-bench's schema; None: they come from a file
         (``path:``) or the hub."""
@@ -88,6 +93,7 @@ BENCHMARKS.register("swe-bench-lite", "anyswe.datasets.hub:SWEbenchLite")
 BENCHMARKS.register("swe-bench", "anyswe.datasets.hub:SWEbenchFull")
 BENCHMARKS.register("swe-bench-multilingual", "anyswe.datasets.multilingual:SWEbenchMultilingual")
 BENCHMARKS.register("swe-bench-multimodal", "anyswe.datasets.hub:SWEbenchMultimodal")
+BENCHMARKS.register("swe-bench-pro", "anyswe.datasets.pro:SWEbenchPro")
 BENCHMARKS.register("r2e-gym", "anyswe.datasets.hub:R2EGym")
 
 

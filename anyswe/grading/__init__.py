@@ -35,6 +35,7 @@ HARNESSES: Registry[Harness] = Registry("grading harness", Harness, group="anysw
 HARNESSES.register("pytest", "anyswe.grading.pytest:PytestHarness")
 HARNESSES.register("r2e", "anyswe.grading.r2e:R2EHarness")
 HARNESSES.register("swebench", "anyswe.grading.swebench_harness:SWEbenchHarness")
+HARNESSES.register("swebench-pro", "anyswe.grading.pro:ProHarness")
 
 
 def register_harness(name: str, target: str | type[Harness]) -> None:

@@ -63,6 +63,12 @@ class Harness(ABC):
     name: ClassVar[str]
     #: Where the repo lives inside task images.
     workdir: ClassVar[str] = "/testbed"
+    #: The commands tried in turn to apply a patch (each given the patch file); None: swebench's ladder.
+    apply_ladder: ClassVar[tuple[str, ...] | None] = None
+
+    def patch_to_apply(self, patch: str) -> str:
+        """The patch as the benchmark's own harness hands it to the apply (as given, by default)."""
+        return patch
 
     def eval_script(self, instance: Instance) -> str:
         """A bash script that applies the test patch, runs the tests between swebench's markers."""

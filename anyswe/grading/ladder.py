@@ -24,11 +24,14 @@ END_MARKER = "ANYSWE-EVAL-END"
 EVAL_OUTPUT_BYTES = 4 * _proc.MAX_OUTPUT_BYTES
 
 
-async def apply_patch(sandbox: Sandbox[Any], patch: str, workdir: str) -> tuple[str | None, str]:
-    """Run swebench's ladder (``git apply``, ``--reject``, ``patch --fuzz=5``); the rung that worked, and a log."""
+async def apply_patch(
+    sandbox: Sandbox[Any], patch: str, workdir: str, ladder: tuple[str, ...] | None = None
+) -> tuple[str | None, str]:
+    """Run ``ladder`` (default swebench's: ``git apply``, ``--reject``, ``patch --fuzz=5``); the rung that
+    worked, and a log."""
     await sandbox.write_file(PATCH_PATH, patch.encode())
     log = []
-    for rung in sb.patch_apply_ladder():
+    for rung in ladder or sb.patch_apply_ladder():
         r = await sandbox.exec([*shlex.split(rung), PATCH_PATH], workdir=workdir, timeout=300)
         log.append(f"$ {rung} {PATCH_PATH}\n(exit {r.exit_code})\n{r.stdout}{r.stderr}")
         if r.ok:
@@ -83,7 +86,7 @@ async def _grade_patch(
     sandbox: Sandbox[Any], instance: Instance, harness: Harness, patch: str, *, timeout: float, rungs: list[str]
 ) -> Verdict:
     script = harness.eval_script(instance)
-    rung, apply_log = await apply_patch(sandbox, patch, harness.workdir)
+    rung, apply_log = await apply_patch(sandbox, harness.patch_to_apply(patch), harness.workdir, harness.apply_ladder)
     if rung is not None:
         rungs.append(rung)  # for the verdict of a sandbox that dies under the tests
     if rung is None:
