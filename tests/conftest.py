@@ -53,6 +53,7 @@ LONGEST_FIRST = (
     "e2e/test_fault_suite.py",
     "e2e/test_fault_orchestrator.py",
     "e2e/test_real_images.py",
+    "e2e/test_real_pro.py",
     "e2e/test_mini_swe_agent.py",
     "containers/test_sandbox_conformance.py",
     "e2e/test_prepare_images.py",

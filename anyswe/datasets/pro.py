@@ -21,10 +21,13 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from anyswe.datasets.registry import Benchmark
 from anyswe.errors import DatasetError
+
+if TYPE_CHECKING:
+    from anyswe.datasets.instance import Instance
 
 #: Pro's Docker Hub namespace and repository for its instance images (its README).
 IMAGE_REPOSITORY = "jefzda/sweap-images"
@@ -101,6 +104,14 @@ class SWEbenchPro(Benchmark):
     aliases: ClassVar[tuple[str, ...]] = ("pro", "swebench-pro")
     harness: ClassVar[str] = "swebench-pro"
     image_template: ClassVar[str | None] = "{docker_image}"
+    # An ansible instance image adds its repository and installed requirements to a shared base.
+    instance_build_bytes: ClassVar[int] = 1 << 30
+
+    async def build_instance(self, instance: Instance, repo_mirror: Path) -> str:
+        # Pro's own two Dockerfiles, with the substitutions anyswe/images/pro_build.py names.
+        from anyswe.images.pro_build import build_pro_image
+
+        return (await build_pro_image(instance, repo_mirror)).summary
 
     def row(self, raw: dict[str, Any], source: Path | None, assets: Path | None) -> dict[str, Any]:
         row = dict(raw)

@@ -220,6 +220,8 @@ def log_path(tag: str) -> Path:
 
 
 async def build_step(kind: str, tag: str, files: dict[str, str], dockerfile: str) -> Step:
+    """Build ``dockerfile`` with ``files`` in its context as ``tag`` unless it is there; ``{ca_in}`` and
+    ``{ca_out}`` in it give the build the host's CA bundle, for that build only."""
     step = Step(kind, tag)
     if await image_present(tag):
         return step
@@ -231,7 +233,9 @@ async def build_step(kind: str, tag: str, files: dict[str, str], dockerfile: str
         fields = _ca_lines(context) if "{ca_in}" in dockerfile else {}
         for name, text in files.items():
             (context / name).write_text(text)
-        (context / "Dockerfile").write_text(dockerfile.format(**fields))
+        for key, value in fields.items():  # not str.format: a Dockerfile's shell has braces of its own
+            dockerfile = dockerfile.replace("{" + key + "}", value)
+        (context / "Dockerfile").write_text(dockerfile)
         try:
             await build_image(context / "Dockerfile", tag, log=log_path(tag), timeout=BUILD_TIMEOUT)
         except ImageBuildError as exc:
@@ -301,7 +305,7 @@ async def build_instance_image(instance: Instance, repo_mirror: Path, *, verify:
 # -- what a built image holds ----------------------------------------------------------------------
 
 _FACTS = """set -e
-cd /testbed
+cd {workdir}
 echo "head=$(git rev-parse HEAD)"
 echo "parent=$(git rev-parse HEAD^)"
 echo "subject=$(git log -1 --format=%s HEAD)"
@@ -312,10 +316,10 @@ echo "dirty=$(git status --porcelain --untracked-files=no | wc -l)"
 """
 
 
-async def image_facts(tag: str, base_commit: str) -> dict[str, str | list[str]]:
+async def image_facts(tag: str, base_commit: str, workdir: str = "/testbed") -> dict[str, str | list[str]]:
     """What ``/testbed`` in ``tag`` holds: HEAD, its parent and subject, the commits not in the base
     commit's history (``after_base``), the files the setup commit changed, the refs but tags."""
-    script = _FACTS.format(base=base_commit)
+    script = _FACTS.format(base=base_commit, workdir=workdir)
     r = await run_in_image(tag, script, timeout=300)
     if r.exit_code != 0 or r.timed_out:
         raise ImageBuildError(
