@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anyswe.errors import ImageBuildError
-from anyswe.images.swebench_build import Chain, Step, build_step, digest, find_mirror, image_facts
-from anyswe.sandbox.store import image_present, remove_image
+from anyswe.images.swebench_build import Chain, Step, build_step, digest, find_mirror, image_facts, kept_if_checked
+from anyswe.sandbox.store import image_present
 
 if TYPE_CHECKING:
     from anyswe.datasets.instance import Instance
@@ -150,11 +150,7 @@ async def build_pro_image(instance: Instance, repo_mirror: Path, *, verify: bool
     step.seconds = time.monotonic() - t0
     chain.steps.append(step)
     if verify and step.built:
-        try:
-            await check_pro_image(tag, instance)
-        except ImageBuildError:
-            await remove_image(tag)
-            raise
+        await kept_if_checked(tag, check_pro_image(tag, instance))
     return chain
 
 

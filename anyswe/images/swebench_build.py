@@ -46,6 +46,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -294,12 +295,18 @@ async def build_instance_image(instance: Instance, repo_mirror: Path, *, verify:
     step.seconds = time.monotonic() - t0
     chain.steps.append(step)
     if verify and step.built:
-        try:
-            await check_instance_image(tag, instance)
-        except ImageBuildError:
-            await remove_image(tag)
-            raise
+        await kept_if_checked(tag, check_instance_image(tag, instance))
     return chain
+
+
+async def kept_if_checked(tag: str, check: Awaitable[object]) -> None:
+    """Await ``check`` of the freshly built ``tag``; on its :class:`ImageBuildError`, remove the image and raise:
+    an image that does not hold what its benchmark's build would is never found by tag again."""
+    try:
+        await check
+    except ImageBuildError:
+        await remove_image(tag)
+        raise
 
 
 # -- what a built image holds ----------------------------------------------------------------------
@@ -366,5 +373,6 @@ __all__ = [
     "env_tag",
     "find_mirror",
     "image_facts",
+    "kept_if_checked",
     "log_path",
 ]

@@ -38,8 +38,9 @@ from anyswe.images.swebench_build import (
     digest,
     find_mirror,
     image_facts,
+    kept_if_checked,
 )
-from anyswe.sandbox.store import image_present, remove_image
+from anyswe.sandbox.store import image_present
 
 if TYPE_CHECKING:
     from anyswe.datasets.instance import Instance
@@ -133,11 +134,7 @@ async def build_c_image(instance: Instance, repo_mirror: Path, *, verify: bool =
     step.seconds = time.monotonic() - t0
     chain.steps.append(step)
     if verify and step.built:
-        try:
-            await check_c_image(tag, instance)
-        except ImageBuildError:
-            await remove_image(tag)
-            raise
+        await kept_if_checked(tag, check_c_image(tag, instance))
     return chain
 
 
