@@ -27,8 +27,8 @@ class SWEbenchFamily(Benchmark):
     instance_build_bytes: ClassVar[int] = 1 << 30
 
     async def build_instance(self, instance: Instance, repo_mirror: Path) -> str:
-        # swebench 4.1.0's own chain for the repository's language (images/swebench_build.py, swebench_c.py).
-        from anyswe.images.swebench_c import build_swebench_image
+        # swebench 4.1.0's own chain for the repository's language (images/swebench_build.py, multilingual_build.py).
+        from anyswe.images.multilingual_build import build_swebench_image
 
         return (await build_swebench_image(instance, repo_mirror)).summary
 

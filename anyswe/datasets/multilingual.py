@@ -4,8 +4,8 @@ Verified: its specs, eval scripts, log parsers and verdict rule, with no anyswe-
 Rows come from a file (``path:``, the hub's JSONL: FAIL_TO_PASS and PASS_TO_PASS as JSON lists, the
 ``version`` the PR number that keys swebench's specs) or the local hub cache. Images are the official
 names, pulled or built offline (``anyswe prepare images --build``) by swebench's chain for the
-repository's language: C and C++ here (anyswe/images/swebench_c.py); the other languages say they
-cannot be built offline yet.
+repository's language: C, C++ and JavaScript's js_2 variant here (anyswe/images/multilingual_build.py);
+the other languages say they cannot be built offline yet.
 """
 
 from __future__ import annotations

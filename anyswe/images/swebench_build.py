@@ -31,8 +31,8 @@ swebench, it says so where it does:
   reachable from the base commit and earlier tags).
 * **Certificates at build time only.** pip inside a build reaches the index through the host's
   TLS-intercepting proxy: the host's CA bundle is copied into the env and instance builds, named by
-  ``PIP_CERT`` as a build ``ARG`` (never in the image's environment) and deleted after the step
-  that needs it.
+  ``PIP_CERT`` (and, for npm in the JS chain, ``NODE_EXTRA_CA_CERTS``) as a build ``ARG`` (never in the
+  image's environment) and deleted after the step that needs it.
 
 Rows whose spec installs from ``requirements.txt`` or ``environment.yml`` cannot be built here:
 swebench's env script downloads those files from GitHub. They fail with an error that says so.
@@ -46,7 +46,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -179,7 +179,13 @@ def _ca_lines(context: Path) -> dict[str, str]:
     shutil.copyfile(bundle, context / "build-ca.crt")
     # An ARG is in the environment of the RUN steps after it, never in the image's config.
     return {
-        "ca_in": f"COPY ./build-ca.crt {_CA_IN_IMAGE}\nARG PIP_CERT={_CA_IN_IMAGE}",
+        "ca_in": "\n".join(
+            (
+                f"COPY ./build-ca.crt {_CA_IN_IMAGE}",
+                f"ARG PIP_CERT={_CA_IN_IMAGE}",
+                f"ARG NODE_EXTRA_CA_CERTS={_CA_IN_IMAGE}",
+            )
+        ),
         "ca_out": f"RUN rm -f {_CA_IN_IMAGE}",
     }
 
@@ -220,7 +226,7 @@ def log_path(tag: str) -> Path:
 # -- building --------------------------------------------------------------------------------------
 
 
-async def build_step(kind: str, tag: str, files: dict[str, str], dockerfile: str) -> Step:
+async def build_step(kind: str, tag: str, files: Mapping[str, str | bytes], dockerfile: str) -> Step:
     """Build ``dockerfile`` with ``files`` in its context as ``tag`` unless it is there; ``{ca_in}`` and
     ``{ca_out}`` in it give the build the host's CA bundle, for that build only."""
     step = Step(kind, tag)
@@ -232,8 +238,11 @@ async def build_step(kind: str, tag: str, files: dict[str, str], dockerfile: str
     with tempfile.TemporaryDirectory(dir=root, prefix="context-") as tmp:
         context = Path(tmp)
         fields = _ca_lines(context) if "{ca_in}" in dockerfile else {}
-        for name, text in files.items():
-            (context / name).write_text(text)
+        for name, content in files.items():
+            if isinstance(content, bytes):
+                (context / name).write_bytes(content)
+            else:
+                (context / name).write_text(content)
         for key, value in fields.items():  # not str.format: a Dockerfile's shell has braces of its own
             dockerfile = dockerfile.replace("{" + key + "}", value)
         (context / "Dockerfile").write_text(dockerfile)

@@ -4,7 +4,8 @@ every time, on every provider, and whose tests fail without it.
 The gold agent runs over the spec's instances on each of its providers, ``passes`` times, as an
 ordinary anyswe run (resumable, in its own run directory); the tests also run ``passes`` times on
 each provider with no patch at all (the *empty* passes, kept in ``empty.jsonl`` there, resumed
-too). Each instance is then put, per provider, in a bucket, with each pass's evidence:
+too). Each instance is then put, per provider, in a bucket, with each pass's evidence (``census.jsonl``
+in the run directory):
 
 * **supported**: every gold pass resolves and no empty pass does;
 * **broken**: no gold pass resolves, or every empty pass does (the tests do not tell a fix apart);
@@ -94,6 +95,15 @@ class GoldCheck:
         """(instance, provider) pairs without a verdict (an infrastructure error): apply again."""
         return [(i, p) for i, per in self.outcome.items() for p, b in per.items() if b == "no-verdict"]
 
+    def evidence(self) -> list[dict[str, Any]]:
+        """Per instance and provider: its bucket and each pass's verdict (``census.jsonl``'s lines)."""
+        return [
+            {"instance_id": i, "provider": p, "bucket": c.bucket, "why": c.why() if c.bucket in ("flaky", "broken")
+             else None, "gold": c.gold, "empty": c.empty, "failing": c.failing}
+            for i, per in sorted(self.census.items())
+            for p, c in sorted(per.items())
+        ]  # fmt: skip
+
     def rows(self) -> list[dict[str, Any]]:
         out = []
         for i, per in sorted(self.census.items()):
@@ -178,6 +188,12 @@ async def gold_check_async(
     for (iid, provider), verdicts in empty.items():
         result.census.setdefault(iid, {}).setdefault(provider, Census()).empty = verdicts
     result.exclusions = _exclusions(result, exp.planned.dataset.name)
+    # The buckets with their evidence, beside the gold run and empty.jsonl they were read from; rewritten
+    # whole by each census (a resumed one sees every pass again).
+    lines = "".join(json.dumps(e) + "\n" for e in result.evidence())
+    tmp = exp.run_dir / "census.jsonl.tmp"
+    tmp.write_text(lines)
+    tmp.replace(exp.run_dir / "census.jsonl")
     return result
 
 

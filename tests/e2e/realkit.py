@@ -3,6 +3,7 @@ procedure, or a benchmark's own), and ``anyswe apply`` run as a user runs it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -10,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from anyswe.datasets.instance import Instance
 from anyswe.grading import swebench as sb
@@ -70,13 +72,66 @@ def run_by_hand(
         docker("rm", "-f", container)
 
 
-def apply_spec(spec: Path, run_dir: Path) -> dict[tuple[str, str, str], TaskResult]:
-    """``anyswe apply`` as a user runs it; (agent, provider, instance_id) -> the row of its one attempt."""
+def apply_spec(spec: Path, run_dir: Path, *sets: str) -> dict[tuple[str, str, str], TaskResult]:
+    """``anyswe apply`` as a user runs it (``sets``: its ``--set`` overrides); (agent, provider,
+    instance_id) -> the row of its one attempt."""
+    overrides = [arg for a in sets for arg in ("--set", a)]
     r = subprocess.run(
-        [*ANYSWE, "apply", str(spec), "--out", str(run_dir)], capture_output=True, text=True, timeout=5400
+        [*ANYSWE, "apply", str(spec), "--out", str(run_dir), *overrides], capture_output=True, text=True, timeout=5400
     )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     rows = read_results(run_dir / "results.jsonl")
     found = {(row.agent, row.provider, row.instance_id): row for row in rows}
     assert len(found) == len(rows), "no task ran twice (the spec allows one attempt)"
     return found
+
+
+# -- the gold census ---------------------------------------------------------------------------------
+
+
+def census_cli(spec: Path, root: Path) -> str:
+    """``anyswe gold-check`` as a user runs it, one pass per provider, into ``root/census`` (the exclusion
+    list: ``root/exclusions.yaml``); what it printed."""
+    argv = [*ANYSWE, "gold-check", str(spec), "--passes", "1", "--run-dir", str(root / "census")]
+    r = subprocess.run([*argv, "-o", str(root / "exclusions.yaml")], capture_output=True, text=True, timeout=5400)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    return r.stdout
+
+
+def census_gold_rows(census: Path) -> dict[tuple[str, str], TaskResult]:
+    """(instance_id, provider) -> the census's gold pass."""
+    return {(row.instance_id, row.provider): row for row in read_results(census / "results.jsonl")}
+
+
+def census_empty(census: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(instance_id, provider) -> the census's empty pass (its verdict and tests' statuses)."""
+    lines = [json.loads(line) for line in (census / "empty.jsonl").read_text().splitlines()]
+    return {(e["instance_id"], e["provider"]): e for e in lines}
+
+
+def assert_census(
+    census: Path,
+    ids: tuple[str, ...],
+    providers: tuple[str, ...],
+    printed: str,
+    broken: dict[str, set[str]] | None = None,
+) -> None:
+    """Every instance in its bucket on every provider, one gold and one empty pass as its evidence: supported,
+    or (``broken``: instance -> the tests gold fails) broken and excluded with those tests."""
+    from anyswe.datasets.exclusions import read_exclusions
+
+    broken = broken or {}
+    evidence = {(e["instance_id"], e["provider"]): e for e in map(json.loads, (census / "census.jsonl").open())}
+    assert sorted(evidence) == sorted((i, p) for i in ids for p in providers)
+    for (iid, provider), entry in evidence.items():
+        if iid in broken:
+            expected = ("broken", ["unresolved"], ["unresolved"], broken[iid])
+        else:
+            expected = ("supported", ["resolved"], ["unresolved"], set())
+        assert (entry["bucket"], entry["gold"], entry["empty"], set(entry["failing"])) == expected, (iid, provider)
+    found = read_exclusions(census.parent / "exclusions.yaml")
+    assert sorted(found.checked_on) == sorted(providers) and found.passes == 1
+    assert {e.instance_id: {p: set(t) for p, t in e.failing.items()} for e in found.exclude} == {
+        i: dict.fromkeys(providers, tests) for i, tests in broken.items()
+    }
+    assert printed.count("supported") >= len(ids) - len(broken), printed

@@ -89,6 +89,20 @@ def test_broken_gold_patches_are_excluded_on_every_backend(tmp_path: Path) -> No
     without_fix = {(e["instance_id"], e["verdict"]) for e in empty}
     assert without_fix == {(i, "resolved" if i == "demo__stack-8" else "unresolved") for i in ids}
     assert "broken" in r.stdout and "supported" in r.stdout  # the census table
+    # The buckets with their evidence, one line per instance and provider.
+    evidence = {(e["instance_id"], e["provider"]): e for e in map(json.loads, (census / "census.jsonl").open())}
+    assert len(evidence) == 2 * len(ids)
+    for provider in ("docker", "apptainer"):
+        assert evidence["demo__calc-1", provider] == {
+            "instance_id": "demo__calc-1", "provider": provider, "bucket": "supported", "why": None,
+            "gold": ["resolved"] * 2, "empty": ["unresolved"] * 2, "failing": [],
+        }  # fmt: skip
+        stacked = evidence["demo__stack-8", provider]
+        assert (stacked["bucket"], stacked["why"], stacked["empty"]) == (
+            "broken",
+            "tests pass without the fix",
+            ["resolved"] * 2,
+        )
     # The census's own gold run, over its supported set: every gold pass there resolves.
     over = _cli("results", str(census), "--over", str(out), "--json")
     assert over.returncode == 0, over.stderr

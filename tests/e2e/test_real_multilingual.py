@@ -1,11 +1,12 @@
-"""Real SWE-bench Multilingual C and C++ instance images, built here offline, graded by hand with swebench's
-own tools and through ``anyswe apply`` on docker and apptainer.
+"""Real SWE-bench Multilingual C, C++ and JavaScript instance images, built here offline, graded by hand
+with swebench's own tools and by anyswe on docker and apptainer (its gold census and ``anyswe apply``).
 
-The images come from ``anyswe prepare images specs/multilingual_c.yaml --build --repo-mirror
-../shared/swebench/repos`` (swebench 4.1.0's C chain on Debian 12: anyswe/images/swebench_c.py).
-The reference for every verdict is swebench's own procedure run with plain docker (tests/e2e/realkit.py):
-the patch by ``git apply -v``, swebench's eval script (which rebuilds the project: ``make``, ``cmake
---build``), its log parser and ``get_eval_report``.
+The images come from ``anyswe prepare images specs/multilingual.yaml --build --repo-mirror
+../shared/swebench/repos`` (swebench 4.1.0's C and js_2 chains on Debian 12:
+anyswe/images/multilingual_build.py). The reference for every verdict is swebench's own procedure run
+with plain docker (tests/e2e/realkit.py): the patch by ``git apply -v``, swebench's eval script (which
+rebuilds a C project: ``make``, ``cmake --build``; runs mocha, or karma in chromium), its log parser and
+``get_eval_report``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from realkit import ByHandRun, apply_spec, docker, run_by_hand
+from realkit import (
+    ByHandRun,
+    apply_spec,
+    assert_census,
+    census_cli,
+    census_empty,
+    census_gold_rows,
+    docker,
+    run_by_hand,
+)
 
 from anyswe.datasets.instance import Instance
 from anyswe.grading import diffs
@@ -27,8 +37,10 @@ from anyswe.results.schema import TaskResult
 pytestmark = [pytest.mark.containers, pytest.mark.real_images]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SPEC = REPO_ROOT / "specs" / "multilingual_c.yaml"
-IDS = ("jqlang__jq-2839", "fmtlib__fmt-3248", "redis__redis-12472")
+SPEC = REPO_ROOT / "specs" / "multilingual.yaml"
+C_IDS = ("jqlang__jq-2839", "fmtlib__fmt-3248", "redis__redis-12472")
+JS_IDS = ("axios__axios-6539", "preactjs__preact-4152")
+IDS = C_IDS + JS_IDS
 PROVIDERS = ("docker", "apptainer")
 
 
@@ -93,10 +105,10 @@ def ml_verdicts(
 def test_head_is_the_base_commit_with_nothing_after_it(
     instance_id: str, ml_images: dict[str, str], ml_instances: dict[str, Instance]
 ) -> None:
-    from anyswe.images.swebench_c import check_c_image
+    from anyswe.images.multilingual_build import check_multilingual_image
 
-    # swebench's C chain makes no setup commit: HEAD is the base commit, nothing after it is reachable.
-    facts = asyncio.run(check_c_image(ml_images[instance_id], ml_instances[instance_id]))
+    # swebench's C and JS chains make no setup commit: HEAD is the base commit, nothing after it is reachable.
+    facts = asyncio.run(check_multilingual_image(ml_images[instance_id], ml_instances[instance_id]))
     assert facts["head"] == ml_instances[instance_id].base_commit and facts["after_base"] == []
 
 
@@ -118,7 +130,28 @@ def test_jqs_submodule_is_checked_out_at_its_gitlink_and_still_names_github(ml_i
 def test_each_image_names_what_differs_from_the_official_one(ml_images: dict[str, str]) -> None:
     for image in ml_images.values():
         r = docker("image", "inspect", "--format", '{{index .Config.Labels "org.anyswe.differs"}}', image)
-        assert "Debian 12" in r.stdout and "mirrors" in r.stdout, (image, r.stdout, r.stderr)
+        assert "Debian 12" in r.stdout and "local mirror" in r.stdout, (image, r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("instance_id", JS_IDS)
+def test_js_images_have_node_20_npm_and_chromium_where_swebenchs_have_them(
+    instance_id: str, ml_images: dict[str, str]
+) -> None:
+    from anyswe.images.multilingual_build import NODE_VERSION, NPM_VERSION
+
+    script = (
+        "node -v; npm -v; command -v pnpm; $CHROME_BIN --version; echo $CHROME_PATH;"
+        " test -d node_modules && echo node_modules; test -e /root/.anyswe-build-ca.crt || echo no-ca;"
+        " echo ${NODE_EXTRA_CA_CERTS:-no-extra-ca}"
+    )
+    r = docker("run", "--rm", "--network", "none", "--entrypoint", "/bin/bash", ml_images[instance_id], "-c", script)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("\n")
+    # corepack's pnpm shim is enabled (its first use fetches pnpm itself, as in swebench's image).
+    assert lines[:3] == [f"v{NODE_VERSION}", NPM_VERSION, "/usr/local/bin/pnpm"], r.stdout
+    assert lines[3].startswith("Chromium ") and lines[4] == "/usr/bin/chromium", r.stdout
+    # The repo's packages are installed (`npm install` at build time); the build's CA is not in the image.
+    assert lines[5:8] == ["node_modules", "no-ca", "no-extra-ca"], r.stdout
 
 
 def test_no_copy_of_a_mirror_is_left_in_the_images(ml_images: dict[str, str]) -> None:
@@ -146,43 +179,62 @@ def test_gold_resolves_by_hand_and_an_empty_patch_does_not(
     assert empty["resolved"] is False and empty["tests_status"]["FAIL_TO_PASS"]["failure"]
 
 
-# -- anyswe's own verdicts, through `anyswe apply` ----------------------------------------------------
+# -- anyswe's own verdicts: the gold census (gold and empty passes), and `anyswe apply` --------------
 
 
 @pytest.fixture(scope="session")
-def ml_gold_noop(
+def ml_census(ml_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``anyswe gold-check`` over the spec, one pass per provider: its directory and what it printed."""
+    root = tmp_path_factory.mktemp("multilingual-census")
+    r = census_cli(SPEC, root)
+    return root / "census", r
+
+
+@pytest.fixture(scope="session")
+def ml_noop(
     ml_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, dict[tuple[str, str, str], TaskResult]]:
-    run_dir = tmp_path_factory.mktemp("multilingual-c") / "run"
-    return run_dir, apply_spec(SPEC, run_dir)
+) -> dict[tuple[str, str, str], TaskResult]:
+    run_dir = tmp_path_factory.mktemp("multilingual-noop") / "run"
+    return apply_spec(SPEC, run_dir, "matrix.agents=[noop]")
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("instance_id", IDS)
-def test_anyswe_gold_and_noop_equal_swebench_by_hand(
+def test_anyswe_gold_and_empty_equal_swebench_by_hand(
     instance_id: str,
     provider: str,
-    ml_gold_noop: Any,
+    ml_census: tuple[Path, str],
+    ml_noop: dict[tuple[str, str, str], TaskResult],
     ml_verdicts: dict[str, Any],
     ml_instances: dict[str, Instance],
 ) -> None:
-    run_dir, rows = ml_gold_noop
-    gold, noop = rows["gold", provider, instance_id], rows["noop", provider, instance_id]
-    for row in (gold, noop):
-        assert row.error_kind is None and not row.mask_sample, row.error
+    census, _ = ml_census
+    gold = census_gold_rows(census)[instance_id, provider]
+    assert gold.error_kind is None and not gold.mask_sample, gold.error
     assert gold.resolved is ml_verdicts[instance_id]["gold"]["resolved"]
-    report = json.loads((run_dir / "tasks" / gold.key / "report.json").read_text())[instance_id]
+    report = json.loads((census / "tasks" / gold.key / "report.json").read_text())[instance_id]
     assert report["tests_status"] == ml_verdicts[instance_id]["gold"]["tests_status"]
     # Captured against the base commit: the gold patch's files, no build output.
     assert diffs.touched_files(gold.model_patch) == diffs.touched_files(ml_instances[instance_id].patch)
-    assert noop.model_patch == "" and noop.resolved is ml_verdicts[instance_id]["empty"]["resolved"] is False
+    # The census's empty pass ran the tests on the image as built, as the by-hand empty run did.
+    empty = census_empty(census)[instance_id, provider]
+    assert empty["tests_status"] == ml_verdicts[instance_id]["empty"]["tests_status"]
+    assert empty["verdict"] == "unresolved"
+    # An agent's empty patch is unresolved without running anything, as swebench scores it.
+    noop = ml_noop["noop", provider, instance_id]
+    assert noop.error_kind is None and noop.model_patch == "" and noop.resolved is False, noop.error
+
+
+def test_the_census_puts_every_instance_in_a_bucket_with_its_evidence(ml_census: tuple[Path, str]) -> None:
+    census, printed = ml_census
+    assert_census(census, IDS, PROVIDERS, printed)
 
 
 # -- an agent ----------------------------------------------------------------------------------------
 
 AGENT_SPEC = """\
-name: multilingual-c-agent
-dataset: {{name: swe-bench-multilingual, path: {rows}, instance_ids: [jqlang__jq-2839]}}
+name: multilingual-agent
+dataset: {{name: swe-bench-multilingual, path: {rows}, instance_ids: [jqlang__jq-2839, axios__axios-6539]}}
 agents:
   mini: {{type: mini-swe-agent, step_limit: 10}}
 models:
@@ -200,8 +252,9 @@ timeouts: {{agent: 600, grading: 1800}}
 def ml_agent_rows(
     ml_images: dict[str, str], shared_swebench: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[tuple[str, str, str], TaskResult]:
-    """mini-swe-agent with the scripted oracle on jq-2839, docker and apptainer, through `anyswe apply`."""
-    root = tmp_path_factory.mktemp("multilingual-c-agent")
+    """mini-swe-agent with the scripted oracle on jq-2839 (C) and axios-6539 (JS), docker and apptainer,
+    through `anyswe apply`."""
+    root = tmp_path_factory.mktemp("multilingual-agent")
     spec = root / "spec.yaml"
     image = "swebench/sweb.eval.x86_64.{instance_id_docker}:latest"
     spec.write_text(AGENT_SPEC.format(rows=shared_swebench / "multilingual.jsonl", image=image))
@@ -209,11 +262,16 @@ def ml_agent_rows(
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_mini_swe_agent_with_the_oracle_resolves_a_c_instance(
-    provider: str, ml_agent_rows: dict[tuple[str, str, str], TaskResult], ml_instances: dict[str, Instance]
+@pytest.mark.parametrize("instance_id", ["jqlang__jq-2839", "axios__axios-6539"])
+def test_mini_swe_agent_with_the_oracle_resolves_a_c_and_a_js_instance(
+    instance_id: str,
+    provider: str,
+    ml_agent_rows: dict[tuple[str, str, str], TaskResult],
+    ml_instances: dict[str, Instance],
 ) -> None:
-    row = ml_agent_rows["mini", provider, "jqlang__jq-2839"]
+    row = ml_agent_rows["mini", provider, instance_id]
     assert row.error_kind is None and row.resolved and not row.mask_sample, (row.error, row.exit_reason)
-    # Its edit of the source, and nothing the image's build left in the work tree (its submodule's outputs).
+    # Its edit of the source, and nothing the image's build left in the work tree (jq's submodule's
+    # outputs, axios's node_modules).
     assert row.model_calls >= 2
-    assert diffs.touched_files(row.model_patch) == diffs.touched_files(ml_instances["jqlang__jq-2839"].patch)
+    assert diffs.touched_files(row.model_patch) == diffs.touched_files(ml_instances[instance_id].patch)

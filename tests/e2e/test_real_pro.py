@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from realkit import apply_spec, docker
+from realkit import apply_spec, assert_census, census_cli, census_empty, census_gold_rows, docker
 
 from anyswe.datasets.instance import Instance
 from anyswe.grading import diffs
@@ -141,33 +141,56 @@ def test_gold_resolves_by_pros_own_procedure_and_an_empty_patch_does_not(
 
 
 @pytest.fixture(scope="session")
-def pro_gold_noop(
+def pro_census(pro_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``anyswe gold-check specs/pro.yaml``, one gold and one empty pass per instance and provider."""
+    root = tmp_path_factory.mktemp("pro-census")
+    printed = census_cli(SPEC, root)
+    return root / "census", printed
+
+
+@pytest.fixture(scope="session")
+def pro_noop(
     pro_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, dict[tuple[str, str, str], TaskResult]]:
-    run_dir = tmp_path_factory.mktemp("pro") / "run"
-    return run_dir, apply_spec(SPEC, run_dir)
+) -> dict[tuple[str, str, str], TaskResult]:
+    return apply_spec(SPEC, tmp_path_factory.mktemp("pro-noop") / "run", "matrix.agents=[noop]")
+
+
+def _passed(status: dict[str, Any]) -> set[str]:
+    return set(status["FAIL_TO_PASS"]["success"]) | set(status["PASS_TO_PASS"]["success"])
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("instance_id", IDS)
-def test_anyswe_gold_and_noop_equal_pros_own_procedure(
+def test_anyswe_gold_and_empty_equal_pros_own_procedure(
     instance_id: str,
     provider: str,
-    pro_gold_noop: Any,
+    pro_census: tuple[Path, str],
+    pro_noop: dict[tuple[str, str, str], TaskResult],
     pro_by_hand: dict[str, Any],
     pro_instances: dict[str, Instance],
 ) -> None:
-    run_dir, rows = pro_gold_noop
-    gold, noop = rows["gold", provider, instance_id], rows["noop", provider, instance_id]
-    for row in (gold, noop):
-        assert row.error_kind is None and not row.mask_sample, row.error
+    census, _ = pro_census
+    gold = census_gold_rows(census)[instance_id, provider]
+    assert gold.error_kind is None and not gold.mask_sample, gold.error
     assert gold.resolved is pro_by_hand[instance_id]["gold"]["resolved"]
-    status = json.loads((run_dir / "tasks" / gold.key / "report.json").read_text())[instance_id]["tests_status"]
-    passed = set(status["FAIL_TO_PASS"]["success"]) | set(status["PASS_TO_PASS"]["success"])
-    assert passed == pro_by_hand[instance_id]["gold"]["passed"]
+    status = json.loads((census / "tasks" / gold.key / "report.json").read_text())[instance_id]["tests_status"]
+    assert _passed(status) == pro_by_hand[instance_id]["gold"]["passed"]
     assert gold.applied_by == "git apply -v"
     assert diffs.touched_files(gold.model_patch) == diffs.touched_files(pro_instances[instance_id].patch)
+    # The census's empty pass: Pro's run script on the image as built, the same tests passing as by hand.
+    empty = census_empty(census)[instance_id, provider]
+    assert (
+        empty["verdict"] == "unresolved"
+        and _passed(empty["tests_status"]) == pro_by_hand[instance_id]["empty"]["passed"]
+    )
+    noop = pro_noop["noop", provider, instance_id]
+    assert noop.error_kind is None and not noop.mask_sample, noop.error
     assert noop.resolved is pro_by_hand[instance_id]["empty"]["resolved"] is False
+
+
+def test_the_census_puts_both_instances_in_supported_with_their_evidence(pro_census: tuple[Path, str]) -> None:
+    census, printed = pro_census
+    assert_census(census, IDS, PROVIDERS, printed)
 
 
 AGENT_SPEC = """\
