@@ -1,5 +1,5 @@
 """Agents by short name or as ``module:Class``: model-free ``gold``, ``noop``, ``replay``; host-driven
-``mini-swe-agent``; in the sandbox ``claude-code``, ``openclaw``, ``hermes``."""
+``mini-swe-agent``; in the sandbox ``claude-code``, ``openclaw``, ``hermes``, ``codex``."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ AGENTS.register("mini-swe-agent", "anyswe.agents.mini_swe_agent:MiniSweAgent")
 AGENTS.register("claude-code", "anyswe.agents.claude_code:ClaudeCodeAgent")
 AGENTS.register("openclaw", "anyswe.agents.openclaw:OpenClawAgent")
 AGENTS.register("hermes", "anyswe.agents.hermes:HermesAgent")
+AGENTS.register("codex", "anyswe.agents.codex:CodexAgent")
 
 
 def transcript_readers() -> dict[str, type[Agent]]:

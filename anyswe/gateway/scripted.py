@@ -64,9 +64,10 @@ class ScriptedModel:
         while delimiter in patch:
             delimiter += "_X"
         body = patch if patch.endswith("\n") else patch + "\n"
+        # Plain ``rm``: Codex refuses any ``rm -f`` as dangerous, even with its approvals bypassed.
         command = (
             f"cd {workdir} && cat > /tmp/anyswe-oracle.diff <<'{delimiter}'\n{body}{delimiter}\n"
-            "git apply /tmp/anyswe-oracle.diff && rm -f /tmp/anyswe-oracle.diff"
+            "git apply /tmp/anyswe-oracle.diff && rm /tmp/anyswe-oracle.diff"
         )
         return cls(steps=[command], submit=submit, **kw)
 

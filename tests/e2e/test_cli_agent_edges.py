@@ -26,15 +26,24 @@ pytestmark = pytest.mark.containers
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("agent", ["claude-code", "openclaw", "hermes"])
+#: agent type -> the protocol it speaks to the gateway.
+SPOKEN = {
+    "claude-code": "anthropic-messages",
+    "openclaw": "openai-chat",
+    "hermes": "openai-chat",
+    "codex": "openai-responses",
+}
+
+
+@pytest.mark.parametrize("agent", list(SPOKEN))
 def test_turn_cap_dead_endpoint_and_budget_end_in_their_exit_reasons(
     runtimes: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: str
 ) -> None:
     with socket.socket() as s:  # a port on this machine with nothing listening: a dead endpoint
         s.bind(("127.0.0.1", 0))
         dead_port = s.getsockname()[1]
-    protocol = "anthropic-messages" if agent == "claude-code" else "openai-chat"
-    base = f"http://127.0.0.1:{dead_port}" + ("" if agent == "claude-code" else "/v1")
+    protocol = SPOKEN[agent]
+    base = f"http://127.0.0.1:{dead_port}" + ("" if protocol == "anthropic-messages" else "/v1")
     exp = experiment(
         tmp_path,
         "dataset.instance_ids=[demo__calc-1]",
@@ -87,7 +96,7 @@ def test_an_older_base_runs_every_agent_and_a_missing_library_stops_one_clearly(
     (tmp_path / "spec.yaml").write_text(SPEC)
     everyone = [
         "dataset={name: demo, instance_ids: [demo__calc-1]}",
-        "matrix={agents: [claude, openclaw, hermes], models: [scripted-chat], providers: [docker]}",
+        "matrix={agents: [claude, openclaw, hermes, codex], models: [scripted-chat], providers: [docker]}",
         "models.scripted-chat={api: scripted, protocol: anthropic-messages}",
     ]
     try:
@@ -99,7 +108,8 @@ def test_an_older_base_runs_every_agent_and_a_missing_library_stops_one_clearly(
             if run == "bullseye":
                 assert all(r["resolved"] for r in rows.values()), rows
             else:
-                assert rows["claude"]["resolved"] and rows["hermes"]["resolved"], rows
+                # Codex is a static binary: an image without libstdc++ is no matter to it.
+                assert rows["claude"]["resolved"] and rows["hermes"]["resolved"] and rows["codex"]["resolved"], rows
                 stopped = rows["openclaw"]
                 assert stopped["error_kind"] == "agent" and stopped["model_calls"] == 0, stopped
                 assert "openclaw cannot run in image" in stopped["error"] and "libstdc++" in stopped["error"]
@@ -140,6 +150,8 @@ TRANSLATIONS = {
     "claude-code": ("anthropic-messages", "openai-chat"),
     "openclaw": ("openai-chat", "anthropic-messages"),
     "hermes": ("openai-chat", "anthropic-messages"),
+    # Codex speaks only the Responses API (its wire_api "chat" is gone): an Anthropic model behind it.
+    "codex": ("openai-responses", "anthropic-messages"),
 }
 
 

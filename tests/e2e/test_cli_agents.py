@@ -1,4 +1,4 @@
-"""Claude Code, OpenClaw and Hermes (pinned releases, from their bundles) inside the task containers,
+"""Claude Code, OpenClaw, Hermes and Codex (pinned releases, from their bundles) inside the task containers,
 on docker and apptainer, through the model gateway with the scripted model: they resolve the
 SWE-bench-shaped tasks, their transcripts and trajectories are kept, their bundles are built once, and
 the report shows their steps. (Turn caps, dead endpoints, budgets, an older base and translation:
@@ -17,16 +17,21 @@ from anyswe.experiment import Experiment
 
 pytestmark = pytest.mark.containers
 
-AGENT_TYPES = {"claude": "claude-code", "openclaw": "openclaw", "hermes": "hermes"}
+AGENT_TYPES = {"claude": "claude-code", "openclaw": "openclaw", "hermes": "hermes", "codex": "codex"}
 #: What each agent keeps as its transcript.
-TRANSCRIPTS = {"claude": "agent-claude-code.jsonl", "openclaw": "agent-openclaw.json", "hermes": "agent-hermes.txt"}
+TRANSCRIPTS = {
+    "claude": "agent-claude-code.jsonl",
+    "openclaw": "agent-openclaw.json",
+    "hermes": "agent-hermes.txt",
+    "codex": "agent-codex.jsonl",
+}
 
 
 @pytest.fixture(scope="module")
 def agents_run(runtimes: None, tmp_path_factory: pytest.TempPathFactory) -> Experiment:
     exp = experiment(tmp_path_factory.mktemp("cli-agents"))
     summary = exp.run(progress=False)
-    assert summary.ran == 14 and summary.errors == 0, summary
+    assert summary.ran == 18 and summary.errors == 0, summary
     return exp
 
 
@@ -48,16 +53,27 @@ def test_transcripts_and_trajectories_are_kept_and_patches_are_the_fix_alone(age
         if row["agent"] == "claude":
             events = [json.loads(line) for line in transcript.splitlines()]
             assert events[0]["type"] == "system" and events[-1]["type"] == "result", events[-1]
+        elif row["agent"] == "codex":
+            events = [json.loads(line) for line in transcript.splitlines()]
+            assert events[0]["type"] == "thread.started" and events[-1]["type"] == "turn.completed", events[-1]
+            ran = [
+                e["item"] for e in events if e["type"] == "item.completed" and e["item"]["type"] == "command_execution"
+            ]
+            assert len(ran) == 1 and ran[0]["exit_code"] == 0, ran  # the oracle's fix, run by Codex's shell tool
         elif row["agent"] == "openclaw":
             assert '"status": "ok"' in transcript or '"status":"ok"' in transcript, transcript[-500:]
         else:
             assert "I have made the change" in transcript, transcript[-500:]
         calls = [json.loads(line) for line in (agents_run.run_dir / row["trajectory_path"]).read_text().splitlines()]
-        protocol = "openai-chat" if row["model"] == "scripted-chat" else "anthropic-messages"
+        protocol = {"scripted-chat": "openai-chat", "scripted-responses": "openai-responses"}.get(
+            row["model"], "anthropic-messages"
+        )
         assert {c["protocol"] for c in calls} == {protocol}
         # Nothing of the agent's own state (.claude, .openclaw, .hermes, its config) in the captured patch.
         assert row["model_patch"].startswith("diff --git"), row["model_patch"][:300]
-        assert not any(s in row["model_patch"] for s in (".claude", ".openclaw", ".hermes", "apiKey", "api_key"))
+        assert not any(
+            s in row["model_patch"] for s in (".claude", ".openclaw", ".hermes", ".codex", "apiKey", "api_key")
+        )
 
 
 def test_bundles_are_built_once_and_reused(agents_run: Experiment) -> None:

@@ -239,6 +239,7 @@ dataset:
 agents:
   mini: {{type: mini-swe-agent, step_limit: 10}}
   claude: {{type: claude-code, max_turns: 10}}
+  codex: {{type: codex, max_turns: 10}}
 models:
   scripted: {{api: scripted, protocol: anthropic-messages}}
 providers:
@@ -322,7 +323,7 @@ def test_the_census_buckets_every_instance_with_its_evidence(real_census: tuple[
 def anyswe_agents(
     real_images: dict[str, str], shared_swebench: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[tuple[str, str, str], TaskResult]:
-    """mini-swe-agent and Claude Code with the scripted oracle on a pytest and a sphinx image, both runtimes."""
+    """mini-swe-agent, Claude Code and Codex with the scripted oracle on a pytest and a sphinx image, both runtimes."""
     root = tmp_path_factory.mktemp("real-agents")
     spec = root / "spec.yaml"
     spec.write_text(
@@ -336,7 +337,7 @@ def anyswe_agents(
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-@pytest.mark.parametrize("agent", ["mini", "claude"])
+@pytest.mark.parametrize("agent", ["mini", "claude", "codex"])
 @pytest.mark.parametrize("instance_id", AGENT_IDS)
 def test_agents_with_the_scripted_oracle_resolve_real_images(
     instance_id: str, agent: str, provider: str, anyswe_agents: dict[tuple[str, str, str], TaskResult]
