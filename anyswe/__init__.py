@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from anyswe.experiment import Experiment
     from anyswe.grading import Verdict
     from anyswe.prepare import gold_check, prepare_dataset, prepare_images
+    from anyswe.results.atif import export_atif
     from anyswe.results.compare import compare_by, compare_cells, compare_runs
     from anyswe.results.tables import cell_table, instance_matrix, repo_table, task_frame
     from anyswe.sandbox import ExecResult, Sandbox, SandboxProvider, get_provider
@@ -58,6 +59,7 @@ _LAZY = {
     "Spec": "anyswe.spec",
     "load_spec": "anyswe.spec",
     "load_dataset": "anyswe.datasets",
+    "export_atif": "anyswe.results.atif",
     "compare_by": "anyswe.results.compare",
     "compare_runs": "anyswe.results.compare",
     "compare_cells": "anyswe.results.compare",
@@ -103,6 +105,7 @@ __all__ = [
     "compare_by",
     "compare_cells",
     "compare_runs",
+    "export_atif",
     "get_provider",
     "gold_check",
     "grade",

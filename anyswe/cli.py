@@ -315,6 +315,26 @@ def report(
     typer.echo(f"wrote {path}")
 
 
+export_app = typer.Typer(help="Write a run's results in other tools' formats.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("atif")
+def export_atif(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Directory to write (default: RUN/atif).")] = None,
+) -> None:
+    """Write each task's trajectory as ATIF v1.8 (Harbor's format), one <task key>.json per task."""
+    from anyswe.results.atif import export_atif as write
+
+    try:
+        paths = write(run_dir, out)
+    except AnysweError as exc:
+        fail(exc)
+    where = out or run_dir / "atif"
+    typer.echo(f"wrote {len(paths)} ATIF trajectories to {where}")
+
+
 # `anyswe prepare ...`, `anyswe gold-check`, `anyswe serve` and the commands that grade again
 # (`regrade`, `grade`, `triage`) live with their code.
 from anyswe.grade_cli import register as _register_grade  # noqa: E402

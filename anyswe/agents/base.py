@@ -124,6 +124,11 @@ class Agent(ABC):
     transcript: ClassVar[str | None] = None
 
     @classmethod
+    def release(cls) -> str | None:
+        """The agent's own pinned release (exports name it); None for anyswe's own agents."""
+        return None
+
+    @classmethod
     def tool_results(cls, transcript: str) -> dict[str, tuple[str, bool]]:
         """Tool call id -> (what it returned, whether it failed), read from the agent's own transcript."""
         return {}

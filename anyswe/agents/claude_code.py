@@ -55,6 +55,10 @@ class ClaudeCodeAgent(CliAgent):
     transcript = "agent-claude-code.jsonl"
 
     @classmethod
+    def release(cls) -> str | None:
+        return VERSION
+
+    @classmethod
     def tool_results(cls, transcript: str) -> dict[str, tuple[str, bool]]:
         return tool_results(transcript)
 

@@ -58,6 +58,10 @@ class CodexAgent(CliAgent):
     transcript = "agent-codex.jsonl"
 
     @classmethod
+    def release(cls) -> str | None:
+        return VERSION
+
+    @classmethod
     def gateway_turn_cap(cls, config: AgentConfig) -> int | None:
         return config.max_turns if isinstance(config, CodexConfig) else None
 

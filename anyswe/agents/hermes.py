@@ -88,6 +88,10 @@ class HermesAgent(CliAgent):
     bundle = BUNDLE
     capture_excludes = (".hermes", "AGENTS.md.hermes")
 
+    @classmethod
+    def release(cls) -> str | None:
+        return VERSION
+
     def command(self, ctx: AgentContext) -> list[str]:
         return [
             f"{BUNDLE_DIR}/bin/hermes",

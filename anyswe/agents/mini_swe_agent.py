@@ -209,6 +209,12 @@ class MiniSweAgent(Agent):
     config: MiniSweAgentConfig
     submit_command = f"echo {SENTINEL}"
 
+    @classmethod
+    def release(cls) -> str | None:
+        from importlib.metadata import version
+
+        return version("mini-swe-agent")
+
     def _settings(self) -> dict[str, Any]:
         _quiet_imports()
         from minisweagent import config as mswea_config

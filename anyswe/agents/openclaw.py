@@ -84,6 +84,10 @@ class OpenClawAgent(CliAgent):
     capture_excludes = (".openclaw",)
 
     @classmethod
+    def release(cls) -> str | None:
+        return VERSION
+
+    @classmethod
     def gateway_turn_cap(cls, config: AgentConfig) -> int | None:
         return config.max_turns if isinstance(config, OpenClawConfig) else None
 

@@ -231,7 +231,13 @@ CELL_COLUMNS = (
 )
 
 
-def _page(run: Path, tasks: pl.DataFrame, chunks: Path | None, problems: list[str] | None = None) -> str:
+def _page(
+    run: Path,
+    tasks: pl.DataFrame,
+    chunks: Path | None,
+    problems: list[str] | None = None,
+    page_dir: Path | None = None,
+) -> str:
     cells = cell_table(tasks).to_dicts()
     plan = json.loads((run / "plan.json").read_text()) if (run / "plan.json").is_file() else {}
     try:
@@ -273,7 +279,7 @@ agent variance) if it ran.</p>
 <h2>Resolve rate per repo</h2>
 {_heatmap(repo_table(tasks).to_dicts())}
 <h2>Tasks</h2>
-{tasks_section(run, tasks, chunks, problems)}
+{tasks_section(run, tasks, chunks, problems, page_dir)}
 <script>{_JS}</script>
 <script>{SCRIPT}</script>
 </body></html>
@@ -288,5 +294,5 @@ def write_report(run_dir: str | Path, out: str | Path, *, problems: list[str] | 
     path.parent.mkdir(parents=True, exist_ok=True)
     tasks = task_frame(run_dir)
     chunks = path.parent / f"{path.stem}_tasks" if tasks.height > INLINE_TASKS else None
-    path.write_text(_page(Path(run_dir), tasks, chunks, problems))
+    path.write_text(_page(Path(run_dir), tasks, chunks, problems, path.parent))
     return path

@@ -63,6 +63,7 @@
       var t=data[key];
       box.appendChild(el('p',null,t.meta)); box.appendChild(el('h4',null,'phases')); box.appendChild(phases(t.phases));
       box.appendChild(el('h4',null,'trajectory ('+t.steps.length+' steps)'));
+      if(t.atif){var a=el('a',null,'ATIF v1.8'); a.href=t.atif; var p=el('p',null,'export: '); p.appendChild(a); box.appendChild(p);}
       (t.problems||[]).forEach(function(p){box.appendChild(el('p','warn','not read: '+p));});
       t.steps.forEach(function(s,i){box.appendChild(step(s,i));});
       box.appendChild(el('h4',null,'patch')); box.appendChild(t.patch?patch(t.patch):el('p',null,'(empty)'));

@@ -105,12 +105,15 @@ def _tests(run: Path, key: str) -> dict[str, Any]:
     return entry.get("tests_status") or {}
 
 
-def detail(run: Path, row: dict[str, Any]) -> dict[str, Any]:
+def detail(run: Path, row: dict[str, Any], page_dir: Path | None = None) -> dict[str, Any]:
     """What the page draws when a task is opened (``row``: a validated TaskResult's, its key a task key;
-    ``problems``: what of its trajectory could not be read)."""
+    ``problems``: what of its trajectory could not be read; ``atif``: a link to its ATIF export, from
+    the page's directory ``page_dir``, once ``anyswe export atif`` wrote one)."""
     run, key = run.resolve(), str(row["key"])  # the run directory named may be a link; nothing in it is followed
     problems: list[str] = []
+    atif = run / "atif" / f"{key}.json"
     return {
+        "atif": _href(atif, page_dir) if atif.is_file() else "",
         "meta": f"applied by: {row.get('applied_by') or 'not applied'}; exit: {row.get('exit_reason')}; "
         f"error: {row.get('error') or 'none'}; flags: {', '.join(row.get('flags') or []) or 'none'}",
         "phases": [[p.removeprefix("time_"), row.get(p) or 0.0] for p in PHASE_FIELDS],
@@ -120,6 +123,16 @@ def detail(run: Path, row: dict[str, Any]) -> dict[str, Any]:
         "steps": _steps(run, key, row, problems),
         "problems": problems,
     }
+
+
+def _href(target: Path, page_dir: Path | None) -> str:
+    """A link to a local file: relative to the page where it is known (the pair can move together)."""
+    import os
+    from urllib.parse import quote
+
+    if page_dir is None:
+        return target.as_uri()
+    return quote(os.path.relpath(target, page_dir.resolve()))
 
 
 def _verdict(r: dict[str, Any]) -> tuple[str, str]:
@@ -159,7 +172,13 @@ def _json(value: Any) -> str:
     return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def tasks_section(run: Path, tasks: pl.DataFrame, chunks: Path | None = None, problems: list[str] | None = None) -> str:
+def tasks_section(
+    run: Path,
+    tasks: pl.DataFrame,
+    chunks: Path | None = None,
+    problems: list[str] | None = None,
+    page_dir: Path | None = None,
+) -> str:
     """The task table, and each task's detail as JSON: in the page, or in files in ``chunks``. Above the
     table, each trajectory line that could not be read (file:line: why; also added to ``problems``)."""
     rows, details = [], {}
@@ -167,7 +186,7 @@ def tasks_section(run: Path, tasks: pl.DataFrame, chunks: Path | None = None, pr
     for r in tasks.sort(["instance_id", "cell", "sample"]).to_dicts():
         verdict, cls = _verdict(r)
         key = str(r["key"])
-        details[key] = detail(run, r)
+        details[key] = detail(run, r, page_dir)
         lost += details[key]["problems"]
         search = html.escape(f"{r['instance_id']} {r['cell']} {verdict}".lower(), quote=True)
         label = html.escape(f"{r['cell']} · {r['instance_id']} #{r['sample']} · {verdict}", quote=True)

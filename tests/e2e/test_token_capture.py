@@ -99,6 +99,19 @@ def test_a_responses_policy_server_gives_its_tokens_and_reasoning_per_call(reaso
         t = step.tokens
         assert t is not None and t.prompt_token_ids and t.generation_token_ids and t.generation_log_probs, step
         assert step.reply is not None and step.reply.reasoning == "First the failing test, then the smallest fix."
+    # The same calls as ATIF (issue 34): each agent step with the policy's token ids, log-probs and reasoning.
+    from atif import Trajectory
+
+    from anyswe.results.atif import to_atif
+
+    doc = Trajectory.model_validate(to_atif(r.trajectory, agent="mini-swe-agent", model="policy"))
+    agent_steps = [s for s in doc.steps if s.source == "agent"]
+    assert len(agent_steps) == len(r.trajectory)
+    for atif_step, step in zip(agent_steps, r.trajectory, strict=True):
+        assert step.tokens is not None and atif_step.metrics is not None and atif_step.reasoning_content
+        assert atif_step.metrics.completion_token_ids == step.tokens.generation_token_ids
+        assert atif_step.metrics.prompt_token_ids == step.tokens.prompt_token_ids
+        assert atif_step.metrics.logprobs == step.tokens.generation_log_probs
 
 
 def test_a_broken_prefix_chain_is_off_policy_and_masked_when_asked(compacting_policy: Policy) -> None:
