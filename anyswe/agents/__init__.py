@@ -1,5 +1,5 @@
 """Agents by short name or as ``module:Class``: model-free ``gold``, ``noop``, ``replay``; host-driven
-``mini-swe-agent``; in the sandbox ``claude-code``, ``openclaw``, ``hermes``, ``codex``."""
+``mini-swe-agent``; in the sandbox ``claude-code``, ``openclaw``, ``hermes``, ``codex``, ``opencode``."""
 
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ AGENTS.register("claude-code", "anyswe.agents.claude_code:ClaudeCodeAgent")
 AGENTS.register("openclaw", "anyswe.agents.openclaw:OpenClawAgent")
 AGENTS.register("hermes", "anyswe.agents.hermes:HermesAgent")
 AGENTS.register("codex", "anyswe.agents.codex:CodexAgent")
+AGENTS.register("opencode", "anyswe.agents.opencode:OpenCodeAgent")
 
 
 def transcript_readers() -> dict[str, type[Agent]]:

@@ -1,4 +1,4 @@
-"""What the CLI-agent tests share: their spec (Claude Code, OpenClaw, Hermes and Codex with the scripted model
+"""What the CLI-agent tests share: their spec (Claude Code, OpenClaw, Hermes, Codex and OpenCode with the scripted model
 on the SWE-bench-shaped demo tasks, on docker and apptainer) and an experiment made from it."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ agents:
   openclaw: {type: openclaw, max_turns: 10}
   hermes: {type: hermes, max_turns: 10}
   codex: {type: codex, max_turns: 10}
+  opencode: {type: opencode, max_turns: 10}
 models:
   scripted: {api: scripted, protocol: anthropic-messages}
   scripted-chat: {api: scripted, protocol: openai-chat}
@@ -33,6 +34,8 @@ matrix:
     - {agent: hermes, model: scripted-chat, provider: apptainer}
     - {agent: codex, model: scripted-responses, provider: docker}
     - {agent: codex, model: scripted-responses, provider: apptainer}
+    - {agent: opencode, model: scripted-chat, provider: docker}
+    - {agent: opencode, model: scripted-chat, provider: apptainer}
 concurrency: 6
 # 600: OpenClaw alone takes 23 CPU-seconds to its first call (test_cli_agent_edges), and six of it
 # ran past 240 s each when a cold CI run loaded the two cores.

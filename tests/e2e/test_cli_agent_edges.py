@@ -32,6 +32,7 @@ SPOKEN = {
     "openclaw": "openai-chat",
     "hermes": "openai-chat",
     "codex": "openai-responses",
+    "opencode": "openai-chat",
 }
 
 
@@ -96,7 +97,7 @@ def test_an_older_base_runs_every_agent_and_a_missing_library_stops_one_clearly(
     (tmp_path / "spec.yaml").write_text(SPEC)
     everyone = [
         "dataset={name: demo, instance_ids: [demo__calc-1]}",
-        "matrix={agents: [claude, openclaw, hermes, codex], models: [scripted-chat], providers: [docker]}",
+        "matrix={agents: [claude, openclaw, hermes, codex, opencode], models: [scripted-chat], providers: [docker]}",
         "models.scripted-chat={api: scripted, protocol: anthropic-messages}",
     ]
     try:
@@ -108,8 +109,8 @@ def test_an_older_base_runs_every_agent_and_a_missing_library_stops_one_clearly(
             if run == "bullseye":
                 assert all(r["resolved"] for r in rows.values()), rows
             else:
-                # Codex is a static binary: an image without libstdc++ is no matter to it.
-                assert rows["claude"]["resolved"] and rows["hermes"]["resolved"] and rows["codex"]["resolved"], rows
+                # Codex is a static binary, OpenCode's needs only the C library: no libstdc++ is no matter to them.
+                assert all(rows[a]["resolved"] for a in ("claude", "hermes", "codex", "opencode")), rows
                 stopped = rows["openclaw"]
                 assert stopped["error_kind"] == "agent" and stopped["model_calls"] == 0, stopped
                 assert "openclaw cannot run in image" in stopped["error"] and "libstdc++" in stopped["error"]
@@ -152,6 +153,7 @@ TRANSLATIONS = {
     "hermes": ("openai-chat", "anthropic-messages"),
     # Codex speaks only the Responses API (its wire_api "chat" is gone): an Anthropic model behind it.
     "codex": ("openai-responses", "anthropic-messages"),
+    "opencode": ("openai-chat", "openai-responses"),
 }
 
 

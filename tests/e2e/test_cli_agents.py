@@ -1,4 +1,4 @@
-"""Claude Code, OpenClaw, Hermes and Codex (pinned releases, from their bundles) inside the task containers,
+"""Claude Code, OpenClaw, Hermes, Codex and OpenCode (pinned releases, from their bundles) inside the task containers,
 on docker and apptainer, through the model gateway with the scripted model: they resolve the
 SWE-bench-shaped tasks, their transcripts and trajectories are kept, their bundles are built once, and
 the report shows their steps. (Turn caps, dead endpoints, budgets, an older base and translation:
@@ -17,13 +17,20 @@ from anyswe.experiment import Experiment
 
 pytestmark = pytest.mark.containers
 
-AGENT_TYPES = {"claude": "claude-code", "openclaw": "openclaw", "hermes": "hermes", "codex": "codex"}
+AGENT_TYPES = {
+    "claude": "claude-code",
+    "openclaw": "openclaw",
+    "hermes": "hermes",
+    "codex": "codex",
+    "opencode": "opencode",
+}
 #: What each agent keeps as its transcript.
 TRANSCRIPTS = {
     "claude": "agent-claude-code.jsonl",
     "openclaw": "agent-openclaw.json",
     "hermes": "agent-hermes.txt",
     "codex": "agent-codex.jsonl",
+    "opencode": "agent-opencode.jsonl",
 }
 
 
@@ -31,7 +38,7 @@ TRANSCRIPTS = {
 def agents_run(runtimes: None, tmp_path_factory: pytest.TempPathFactory) -> Experiment:
     exp = experiment(tmp_path_factory.mktemp("cli-agents"))
     summary = exp.run(progress=False)
-    assert summary.ran == 18 and summary.errors == 0, summary
+    assert summary.ran == 22 and summary.errors == 0, summary
     return exp
 
 
@@ -60,6 +67,11 @@ def test_transcripts_and_trajectories_are_kept_and_patches_are_the_fix_alone(age
                 e["item"] for e in events if e["type"] == "item.completed" and e["item"]["type"] == "command_execution"
             ]
             assert len(ran) == 1 and ran[0]["exit_code"] == 0, ran  # the oracle's fix, run by Codex's shell tool
+        elif row["agent"] == "opencode":
+            events = [json.loads(line) for line in transcript.splitlines()]
+            assert events[-1]["type"] == "step_finish" and events[-1]["part"]["reason"] == "stop", events[-1]
+            ran = [e["part"]["state"] for e in events if e["type"] == "tool_use"]
+            assert len(ran) == 1 and ran[0]["status"] == "completed" and ran[0]["metadata"]["exit"] == 0, ran
         elif row["agent"] == "openclaw":
             assert '"status": "ok"' in transcript or '"status":"ok"' in transcript, transcript[-500:]
         else:
@@ -111,3 +123,41 @@ def test_the_report_shows_each_tasks_trajectory(agents_run: Experiment, browse: 
     assert 'class="ph ph2"' in opened and 'class="add"' in opened and "FAIL_TO_PASS" in opened
     # Closed tasks are not drawn: the page stays a table however many tasks it holds.
     assert dom.count('data-drawn="1"') == 1
+
+
+def test_every_agents_trajectory_exports_as_atif_and_the_report_links_it(agents_run: Experiment) -> None:
+    """Issue 34, item 4: each task's trajectory as ATIF v1.8, valid by the ``atif`` package's models
+    (Harbor's format), one agent step per model call with its tool call, and the observation the
+    agent then saw tied to that call."""
+    from atif import Trajectory
+
+    import anyswe
+    from anyswe.results.report import render_report
+
+    paths = anyswe.export_atif(agents_run.run_dir)
+    rows = {r["key"]: r for r in agents_run.results().iter_rows(named=True)}
+    assert sorted(p.stem for p in paths) == sorted(rows)
+    for path in paths:
+        row = rows[path.stem]
+        doc = Trajectory.model_validate_json(path.read_text())
+        assert doc.schema_version == "ATIF-v1.8" and doc.agent.name == AGENT_TYPES[row["agent"]], doc.agent
+        assert doc.agent.version and doc.agent.tool_definitions, doc.agent
+        agent_steps = [s for s in doc.steps if s.source == "agent"]
+        assert len(agent_steps) == row["model_calls"] == 2
+        fix, done = agent_steps
+        assert (
+            fix.tool_calls is not None
+            and len(fix.tool_calls) == 1
+            and "git apply" in json.dumps(fix.tool_calls[0].arguments)
+        )
+        assert (
+            fix.observation is not None and fix.observation.results[0].source_call_id == fix.tool_calls[0].tool_call_id
+        )
+        assert done.tool_calls is None and done.message and doc.steps[0].source in ("system", "user")
+        assert doc.final_metrics is not None and doc.final_metrics.total_prompt_tokens == sum(
+            (s.metrics.prompt_tokens or 0) for s in agent_steps if s.metrics
+        )
+        assert doc.extra is not None and doc.extra["anyswe"]["resolved"] is True
+    page = render_report(agents_run.run_dir)
+    key = paths[0].stem
+    assert f"atif/{key}.json" in page  # the task's detail links its export

@@ -240,6 +240,7 @@ agents:
   mini: {{type: mini-swe-agent, step_limit: 10}}
   claude: {{type: claude-code, max_turns: 10}}
   codex: {{type: codex, max_turns: 10}}
+  opencode: {{type: opencode, max_turns: 10}}
 models:
   scripted: {{api: scripted, protocol: anthropic-messages}}
 providers:
@@ -323,7 +324,8 @@ def test_the_census_buckets_every_instance_with_its_evidence(real_census: tuple[
 def anyswe_agents(
     real_images: dict[str, str], shared_swebench: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[tuple[str, str, str], TaskResult]:
-    """mini-swe-agent, Claude Code and Codex with the scripted oracle on a pytest and a sphinx image, both runtimes."""
+    """mini-swe-agent and Claude Code with the scripted oracle on a pytest and a sphinx image, and Codex
+    and OpenCode on the pytest one (one real instance each keeps CI's time), both runtimes."""
     root = tmp_path_factory.mktemp("real-agents")
     spec = root / "spec.yaml"
     spec.write_text(
@@ -333,12 +335,18 @@ def anyswe_agents(
             image="swebench/sweb.eval.x86_64.{instance_id_docker}:latest",
         )
     )
-    return apply_spec(spec, root / "run")
+    rows = apply_spec(spec, root / "run", "matrix.agents=[mini, claude]")
+    more = ("matrix.agents=[codex, opencode]", f"dataset.instance_ids=[{AGENT_IDS[0]}]")
+    return rows | apply_spec(spec, root / "run-more", *more)
+
+
+AGENT_CASES = [(i, a) for i in AGENT_IDS for a in ("mini", "claude")] + [
+    (AGENT_IDS[0], a) for a in ("codex", "opencode")
+]
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-@pytest.mark.parametrize("agent", ["mini", "claude", "codex"])
-@pytest.mark.parametrize("instance_id", AGENT_IDS)
+@pytest.mark.parametrize(("instance_id", "agent"), AGENT_CASES)
 def test_agents_with_the_scripted_oracle_resolve_real_images(
     instance_id: str, agent: str, provider: str, anyswe_agents: dict[tuple[str, str, str], TaskResult]
 ) -> None:
