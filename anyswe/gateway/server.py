@@ -1,11 +1,12 @@
 """The model gateway: one HTTP server on the host between every agent and every model.
 
 Agents speak Anthropic Messages (``POST /v1/messages``), OpenAI Chat Completions
-(``POST /v1/chat/completions``) or OpenAI Responses (``POST /v1/responses``), streamed or not, and
-list models with ``GET /v1/models``. Each task is granted its own token (``x-api-key`` or
-``Authorization: Bearer``, or a ``/t/<token>`` path prefix); the gateway maps it to the task and
-its model, refuses unknown or revoked tokens, records every call into the task's trajectory,
-counts its usage and enforces its budget. Upstream keys never leave this process.
+(``POST /v1/chat/completions``), OpenAI Responses (``POST /v1/responses``) or Google's
+``generateContent`` (``POST /v1beta/models/<model>:generateContent``, ``:streamGenerateContent``),
+streamed or not, and list models with ``GET /v1/models``. Each task is granted its own token
+(``x-api-key``, ``x-goog-api-key`` or ``Authorization: Bearer``, or a ``/t/<token>`` path prefix);
+the gateway maps it to the task and its model, refuses unknown or revoked tokens, records every
+call into the task's trajectory, counts its usage and enforces its budget. Upstream keys never leave this process.
 
 It listens on loopback TCP (host-side agents), on a unix socket (for sandboxes with the ``gateway``
 network, where anyswe's helper relays ``127.0.0.1:<port>`` inside to it), and, when units run on
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from anyswe.gateway._json import loads
 from anyswe.gateway.errors import UpstreamError, UpstreamRefused
 from anyswe.gateway.grants import Budget, Grant, Limits
-from anyswe.gateway.protocols import routes
+from anyswe.gateway.protocols import match_path, routes
 from anyswe.gateway.render import render_error, render_json, render_stream
 from anyswe.gateway.trajectory import Answered, Refused, flush
 from anyswe.gateway.wire import (
@@ -148,8 +149,9 @@ class Gateway:
             Path(path).parent.rmdir()
 
     def _grant_for(self, request: web.BaseRequest, token: str) -> Grant | None:
-        """The grant of the token in the path (``token``), the ``x-api-key`` header or a bearer one."""
-        token = token or request.headers.get("x-api-key") or ""
+        """The grant of the token in the path (``token``), the ``x-api-key`` (``x-goog-api-key``) header or
+        a bearer one."""
+        token = token or request.headers.get("x-api-key") or request.headers.get("x-goog-api-key") or ""
         auth = request.headers.get("Authorization", "")
         if not token and auth.lower().startswith("bearer "):
             token = auth[7:].strip()
@@ -171,9 +173,11 @@ class Gateway:
         if path.startswith("/t/"):
             token, _, rest = path[3:].partition("/")
             path = "/" + rest if token else path
-        protocol = self._routes.get(path)
+        protocol, fields = self._routes.get(path), None
+        if protocol is None and request.method == "POST" and (found := match_path(path)) is not None:
+            protocol, fields = found  # Gemini's: the model (and streaming) named in the path
         if protocol is not None and request.method == "POST":
-            return await self._call(request, protocol, token)
+            return await self._call(request, protocol, token, fields)
         if path == "/v1/models" and request.method in ("GET", "HEAD"):
             return self._models(request, token)
         return self._error(
@@ -278,7 +282,9 @@ class Gateway:
         }
         return web.json_response({"object": "list", "data": [model], "has_more": False})
 
-    async def _call(self, request: web.BaseRequest, protocol: Wire, token: str) -> web.StreamResponse:
+    async def _call(
+        self, request: web.BaseRequest, protocol: Wire, token: str, fields: dict[str, Any] | None = None
+    ) -> web.StreamResponse:
         grant = self._grant_for(request, token)
         if grant is None:
             return self._error(protocol, 401, "invalid or expired task token", "authentication_error")
@@ -288,6 +294,8 @@ class Gateway:
         prior = grant.chat_read
         try:
             body = loads(raw)
+            if fields and isinstance(body, dict):
+                body = {**body, **fields}
             conv = read_request(protocol, body, known=prior[1:] if prior is not None else None)
         except (WireError, ValueError) as exc:
             return self._error(protocol, 400, str(exc), "invalid_request_error")

@@ -229,7 +229,7 @@ def read_request(protocol: Protocol, body: Any, known: Known | None = None) -> C
     try:
         messages, reused = wire.messages(body, known)
         tools, descriptions = {}, {}
-        for entry in body.get("tools") or []:
+        for entry in wire.entries(body):
             found = wire.tool(entry)
             if found is None:  # not a function tool (a server tool, a web search): nothing to offer
                 continue

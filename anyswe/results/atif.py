@@ -198,12 +198,11 @@ def _tools(steps: list[Step]) -> list[dict[str, Any]] | None:
 
     for step in steps:
         request = step.request if isinstance(step.request, dict) else {}
-        entries = request.get("tools")
-        if not isinstance(entries, list) or step.protocol not in PROTOCOLS.names():
+        if not isinstance(request.get("tools"), list) or step.protocol not in PROTOCOLS.names():
             continue
         protocol = PROTOCOLS.load(step.protocol)()
         out = []
-        for entry in entries:
+        for entry in protocol.entries(request):  # Gemini's tools entry holds many functions
             found = protocol.tool(entry) if isinstance(entry, dict) else None
             if found is not None:
                 tool, schema = found

@@ -1,4 +1,4 @@
-"""Claude Code, OpenClaw and Hermes (pinned releases, from their bundles) where a run goes wrong or
+"""The CLI agents (pinned releases, from their bundles) where a run goes wrong or
 runs somewhere unusual: each agent's turn cap, a dead model endpoint and a budget end in their exit
 reasons; bundles built on Debian 12 run on Debian 11 and a missing library stops one agent clearly; a
 model in another protocol is reached through the gateway's translation with its key kept on the host.
@@ -33,7 +33,11 @@ SPOKEN = {
     "hermes": "openai-chat",
     "codex": "openai-responses",
     "opencode": "openai-chat",
+    "pi": "openai-chat",
+    "gemini-cli": "google-generate-content",
 }
+#: Where a model of each protocol is served below its root URL.
+SUFFIX = {"anthropic-messages": "", "google-generate-content": "/v1beta"}
 
 
 @pytest.mark.parametrize("agent", list(SPOKEN))
@@ -44,7 +48,7 @@ def test_turn_cap_dead_endpoint_and_budget_end_in_their_exit_reasons(
         s.bind(("127.0.0.1", 0))
         dead_port = s.getsockname()[1]
     protocol = SPOKEN[agent]
-    base = f"http://127.0.0.1:{dead_port}" + ("" if protocol == "anthropic-messages" else "/v1")
+    base = f"http://127.0.0.1:{dead_port}" + SUFFIX.get(protocol, "/v1")
     exp = experiment(
         tmp_path,
         "dataset.instance_ids=[demo__calc-1]",
@@ -82,7 +86,7 @@ def test_an_older_base_runs_every_agent_and_a_missing_library_stops_one_clearly(
     runtimes: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Bundles built on Debian 12 run on Debian 11 (glibc 2.31); an image without libstdc++ stops
-    OpenClaw (node needs it) before it starts, naming the library, while the others still run."""
+    OpenClaw, Pi and Gemini CLI (node needs it) before it starts, naming the library, while the others still run."""
     from python_on_whales import docker
 
     from anyswe.sandbox.store import build_image
@@ -97,7 +101,8 @@ def test_an_older_base_runs_every_agent_and_a_missing_library_stops_one_clearly(
     (tmp_path / "spec.yaml").write_text(SPEC)
     everyone = [
         "dataset={name: demo, instance_ids: [demo__calc-1]}",
-        "matrix={agents: [claude, openclaw, hermes, codex, opencode], models: [scripted-chat], providers: [docker]}",
+        "matrix={agents: [claude, openclaw, hermes, codex, opencode, pi, gemini], models: [scripted-chat],"
+        " providers: [docker]}",
         "models.scripted-chat={api: scripted, protocol: anthropic-messages}",
     ]
     try:
@@ -111,18 +116,24 @@ def test_an_older_base_runs_every_agent_and_a_missing_library_stops_one_clearly(
             else:
                 # Codex is a static binary, OpenCode's needs only the C library: no libstdc++ is no matter to them.
                 assert all(rows[a]["resolved"] for a in ("claude", "hermes", "codex", "opencode")), rows
-                stopped = rows["openclaw"]
-                assert stopped["error_kind"] == "agent" and stopped["model_calls"] == 0, stopped
-                assert "openclaw cannot run in image" in stopped["error"] and "libstdc++" in stopped["error"]
+                for node_agent in ("openclaw", "pi", "gemini"):  # node needs libstdc++
+                    stopped = rows[node_agent]
+                    assert stopped["error_kind"] == "agent" and stopped["model_calls"] == 0, stopped
+                    assert "cannot run in image" in stopped["error"], stopped["error"]
+                    assert "libstdc++" in stopped["error"], stopped["error"]
     finally:
         docker.image.remove(broken, force=True)
 
 
 @pytest.fixture
 def upstream() -> Iterator[tuple[str, str]]:
-    """Another model provider on this machine (an anyswe gateway serving the scripted steps of
-    demo__calc-1 in every protocol), with a sentinel key: (base URL, key)."""
-    steps = json.loads((REPO / "specs" / "demo-scripts" / "demo__calc-1.json").read_text())["steps"]
+    """Another model provider on this machine (an anyswe gateway serving the oracle of demo__calc-1 in
+    every protocol), with a sentinel key: (base URL, key)."""
+    from anyswe.datasets import load_dataset
+
+    # The oracle (the patch in a here-document, then git apply), not the demo's script: that writes the
+    # file with `mkdir -p "$(dirname ...)"`, and Gemini CLI's shell tool blocks any command substitution.
+    patch = load_dataset("demo-swebench").by_id()["demo__calc-1"].patch
     key = f"sk-anyswe-sentinel-{uuid.uuid4().hex}"
     loop = asyncio.new_event_loop()
     ready: dict[str, str] = {}
@@ -131,7 +142,7 @@ def upstream() -> Iterator[tuple[str, str]]:
     async def serve() -> None:
         async with Gateway() as gw:
             await gw.start()
-            gw.grant("upstream", "model-x", ScriptedModel(steps), token=key)
+            gw.grant("upstream", "model-x", ScriptedModel.oracle(patch, "/testbed"), token=key)
             ready["url"] = gw.url()
             started.set()
             await stop.wait()
@@ -150,10 +161,15 @@ def upstream() -> Iterator[tuple[str, str]]:
 TRANSLATIONS = {
     "claude-code": ("anthropic-messages", "openai-chat"),
     "openclaw": ("openai-chat", "anthropic-messages"),
-    "hermes": ("openai-chat", "anthropic-messages"),
+    # An upstream of Google's protocol, reached through litellm's gemini provider.
+    "hermes": ("openai-chat", "google-generate-content"),
     # Codex speaks only the Responses API (its wire_api "chat" is gone): an Anthropic model behind it.
     "codex": ("openai-responses", "anthropic-messages"),
     "opencode": ("openai-chat", "openai-responses"),
+    # Pi told to speak Anthropic Messages (its provider's api), to an OpenAI-chat model.
+    "pi": ("anthropic-messages", "openai-chat"),
+    # Gemini CLI speaks only Google's protocol: a policy server speaking OpenAI chat behind it.
+    "gemini-cli": ("google-generate-content", "openai-chat"),
 }
 
 
@@ -183,8 +199,9 @@ def test_a_model_in_another_protocol_through_translation_and_its_key_stays_on_th
     url, key = upstream
     spoken, model_api = TRANSLATIONS[agent]
     monkeypatch.setenv("ANYSWE_TEST_UPSTREAM_KEY", key)
-    base = url + ("/v1" if model_api != "anthropic-messages" else "")
-    agent_block = f"{{type: {agent}, protocol: {spoken}}}" if agent == "openclaw" else f"{{type: {agent}}}"
+    base = url + SUFFIX.get(model_api, "/v1")
+    told = agent in ("openclaw", "pi")  # agents whose protocol is a setting: told to speak another one
+    agent_block = f"{{type: {agent}, protocol: {spoken}}}" if told else f"{{type: {agent}}}"
     exp = experiment(
         tmp_path,
         "dataset.instance_ids=[demo__calc-1]",

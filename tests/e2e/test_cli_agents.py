@@ -1,5 +1,5 @@
-"""Claude Code, OpenClaw, Hermes, Codex and OpenCode (pinned releases, from their bundles) inside the task containers,
-on docker and apptainer, through the model gateway with the scripted model: they resolve the
+"""Claude Code, OpenClaw, Hermes, Codex, OpenCode, Pi and Gemini CLI (pinned releases, from their bundles)
+inside the task containers, on docker and apptainer, through the model gateway with the scripted model: they resolve the
 SWE-bench-shaped tasks, their transcripts and trajectories are kept, their bundles are built once, and
 the report shows their steps. (Turn caps, dead endpoints, budgets, an older base and translation:
 test_cli_agent_edges.py.)"""
@@ -23,6 +23,8 @@ AGENT_TYPES = {
     "hermes": "hermes",
     "codex": "codex",
     "opencode": "opencode",
+    "pi": "pi",
+    "gemini": "gemini-cli",
 }
 #: What each agent keeps as its transcript.
 TRANSCRIPTS = {
@@ -31,6 +33,8 @@ TRANSCRIPTS = {
     "hermes": "agent-hermes.txt",
     "codex": "agent-codex.jsonl",
     "opencode": "agent-opencode.jsonl",
+    "pi": "agent-pi.jsonl",
+    "gemini": "agent-gemini-cli.jsonl",
 }
 
 
@@ -38,7 +42,7 @@ TRANSCRIPTS = {
 def agents_run(runtimes: None, tmp_path_factory: pytest.TempPathFactory) -> Experiment:
     exp = experiment(tmp_path_factory.mktemp("cli-agents"))
     summary = exp.run(progress=False)
-    assert summary.ran == 22 and summary.errors == 0, summary
+    assert summary.ran == 30 and summary.errors == 0, summary
     return exp
 
 
@@ -72,6 +76,17 @@ def test_transcripts_and_trajectories_are_kept_and_patches_are_the_fix_alone(age
             assert events[-1]["type"] == "step_finish" and events[-1]["part"]["reason"] == "stop", events[-1]
             ran = [e["part"]["state"] for e in events if e["type"] == "tool_use"]
             assert len(ran) == 1 and ran[0]["status"] == "completed" and ran[0]["metadata"]["exit"] == 0, ran
+        elif row["agent"] == "pi":
+            events = [json.loads(line) for line in transcript.splitlines()]
+            assert events[0]["type"] == "session" and events[-1]["type"] == "agent_end", events[-1]
+            ran = [e for e in events if e["type"] == "tool_execution_end"]
+            assert len(ran) == 1 and ran[0]["toolName"] == "bash" and not ran[0]["isError"], ran
+        elif row["agent"] == "gemini":
+            events = [json.loads(line) for line in transcript.splitlines()]
+            assert events[0]["type"] == "init" and events[-1]["type"] == "result", events[-1]
+            assert events[-1]["status"] == "success" and events[-1]["stats"]["tool_calls"] == 1, events[-1]
+            ran = [e for e in events if e["type"] == "tool_result"]
+            assert len(ran) == 1 and ran[0]["status"] == "success", ran
         elif row["agent"] == "openclaw":
             assert '"status": "ok"' in transcript or '"status":"ok"' in transcript, transcript[-500:]
         else:
@@ -80,6 +95,8 @@ def test_transcripts_and_trajectories_are_kept_and_patches_are_the_fix_alone(age
         protocol = {"scripted-chat": "openai-chat", "scripted-responses": "openai-responses"}.get(
             row["model"], "anthropic-messages"
         )
+        if row["agent"] == "gemini":  # Gemini CLI speaks Google's protocol to any model
+            protocol = "google-generate-content"
         assert {c["protocol"] for c in calls} == {protocol}
         # Nothing of the agent's own state (.claude, .openclaw, .hermes, its config) in the captured patch.
         assert row["model_patch"].startswith("diff --git"), row["model_patch"][:300]

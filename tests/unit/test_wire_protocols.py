@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from anyswe.gateway import Gateway, ScriptedModel
 from anyswe.gateway.errors import UpstreamError
-from anyswe.gateway.protocols import PROTOCOLS, WireProtocol, _instances, routes, wire_protocol
+from anyswe.gateway.protocols import PROTOCOLS, WireProtocol, _instances, match_path, routes, wire_protocol
 from anyswe.gateway.wire import Conversation, Known, Message, Reply
 from anyswe.model import ModelSpec
 
@@ -71,7 +71,14 @@ def test_the_built_in_protocols() -> None:
         "openai-chat": "openai/",
         "openai-responses": "openai/responses/",
         "anthropic-messages": "anthropic/",
+        "google-generate-content": "gemini/",
     }
+    # Gemini names the model (and streaming) in the path: matched, not a fixed route.
+    assert match_path("/v1beta/models/gemini-x:streamGenerateContent") == (
+        "google-generate-content",
+        {"model": "gemini-x", "stream": True},
+    )
+    assert match_path("/v1beta/models/gemini-x:countTokens") is None
 
 
 def test_a_model_block_names_a_registered_protocol_only(echo: None) -> None:
