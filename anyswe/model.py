@@ -67,13 +67,34 @@ class PriceSpec(BaseModel):
 
 
 class ReplaySpec(BaseModel):
-    """Serve the replies recorded in another run instead of calling the model."""
+    """Serve the replies recorded in another run instead of calling the model: an anyswe run's (``run``,
+    checked against the conversation call by call), or ATIF trajectories another tool wrote (``atif``,
+    Harbor's among them: served in order, since another harness's prompts are its own)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    run: Path = Field(description="The recorded run directory (relative to the spec).")
+    run: Path | None = Field(default=None, description="The recorded run directory (relative to the spec).")
+    atif: Path | None = Field(
+        default=None,
+        description="A directory of ATIF trajectories (relative to the spec): <instance_id>.json, Harbor's "
+        "<instance_id>__*/agent/trajectory.json or anyswe's export <key>.json; the n-th of an instance's "
+        "for sample n.",
+    )
     model: str | None = Field(default=None, description="The recorded cell's model name; default: this one's.")
     provider: str | None = Field(default=None, description="The recorded cell's provider; default: the first.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ReplaySpec:
+        if (self.run is None) == (self.atif is None):
+            raise ValueError("replay: give exactly one of run (an anyswe run) and atif (a directory of ATIF files)")
+        return self
+
+    @property
+    def source(self) -> Path:
+        """The recorded run or the ATIF directory."""
+        source = self.run or self.atif
+        assert source is not None
+        return source
 
 
 class ModelSpec(BaseModel):
@@ -171,8 +192,9 @@ class ModelSpec(BaseModel):
         model = self
         if model.script is not None and not model.script.is_absolute():
             model = model.model_copy(update={"script": base / model.script})
-        if model.replay is not None and not model.replay.run.is_absolute():
-            replay = model.replay.model_copy(update={"run": base / model.replay.run})
+        if model.replay is not None and not model.replay.source.is_absolute():
+            field = "run" if model.replay.run is not None else "atif"
+            replay = model.replay.model_copy(update={field: base / model.replay.source})
             model = model.model_copy(update={"replay": replay})
         return model
 
@@ -199,7 +221,7 @@ class ModelSpec(BaseModel):
             payload["mask_off_policy"] = True
         if self.replay is not None:
             payload["replay"] = {
-                "run": self.replay.run.name,
+                ("run" if self.replay.run is not None else "atif"): self.replay.source.name,
                 "model": self.replay.model,
                 "provider": self.replay.provider,
             }

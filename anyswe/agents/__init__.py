@@ -1,6 +1,6 @@
 """Agents by short name or as ``module:Class``: model-free ``gold``, ``noop``, ``replay``; host-driven
 ``mini-swe-agent``; in the sandbox ``claude-code``, ``openclaw``, ``hermes``, ``codex``, ``opencode``,
-``pi``, ``gemini-cli``."""
+``pi``, ``gemini-cli``, ``cline``."""
 
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ AGENTS.register("codex", "anyswe.agents.codex:CodexAgent")
 AGENTS.register("opencode", "anyswe.agents.opencode:OpenCodeAgent")
 AGENTS.register("pi", "anyswe.agents.pi:PiAgent")
 AGENTS.register("gemini-cli", "anyswe.agents.gemini_cli:GeminiCliAgent")
+AGENTS.register("cline", "anyswe.agents.cline:ClineAgent")
 
 
 def transcript_readers() -> dict[str, type[Agent]]:

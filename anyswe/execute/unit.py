@@ -35,6 +35,8 @@ class ReplaySource:
 
     trajectory: Path | None = None
     error: str | None = None
+    #: The trajectory is ATIF another tool wrote (served in order), not an anyswe run's.
+    atif: bool = False
 
 
 @dataclass(frozen=True)
@@ -135,8 +137,11 @@ def replay_source(model: ModelSpec | None, cell: Cell, instance_id: str, sample:
     reference backend's when several ran it); None for a model that replays nothing."""
     if model is None or model.replay is None:
         return None
+    if model.replay.atif is not None:
+        return _atif_source(model.replay.atif, instance_id, sample)
     from anyswe.sandbox import provider_rank
 
+    assert model.replay.run is not None
     run, recorded_model = model.replay.run, model.replay.model or cell.model
     wanted = (cell.agent, recorded_model, instance_id, sample)
     try:
@@ -157,6 +162,19 @@ def replay_source(model: ModelSpec | None, cell: Cell, instance_id: str, sample:
         )
     chosen = min(candidates, key=lambda r: (provider_rank(r.provider_type), r.provider))
     return ReplaySource(trajectory=run / str(chosen.trajectory_path))
+
+
+def _atif_source(directory: Path, instance_id: str, sample: int) -> ReplaySource:
+    """An instance's ATIF trajectory in ``directory``: ``<instance_id>.json``, else the ``sample``-th of
+    Harbor's trials (``<instance_id>__*/agent/trajectory.json``) or of anyswe's export (``<key>.json``,
+    the key ending in ``__<instance_id>``)."""
+    exact = directory / f"{instance_id}.json"
+    found = [exact] if exact.is_file() and sample == 0 else []
+    found = found or sorted(directory.glob(f"{instance_id}__*/agent/trajectory.json"))
+    found = found or sorted(directory.glob(f"*__{instance_id}.json"))
+    if len(found) <= sample:
+        return ReplaySource(error=f"replay: {directory} has no ATIF trajectory of {instance_id} (sample {sample})")
+    return ReplaySource(trajectory=found[sample if found[0] != exact else 0], atif=True)
 
 
 def _recorded(results: Path) -> list[TaskResult]:

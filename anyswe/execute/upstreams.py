@@ -98,10 +98,12 @@ def scripted_upstream(unit: WorkUnit, model: ModelSpec) -> ScriptedModel:
 
 def replay_upstream(unit: WorkUnit) -> ReplayModel:
     """The recorded trajectory the unit was given (chosen when it was built), served again."""
-    from anyswe.gateway.replay import ReplayModel
+    from anyswe.gateway.replay import AtifReplayModel, ReplayModel
 
     if unit.replay is None:  # a plugin's spec that chose upstream replay for a unit built without one
         raise AgentError(f"replay: {unit.instance.instance_id} was built without a replay source")
     if unit.replay.trajectory is None:
         raise AgentError(unit.replay.error or "replay: no recorded trajectory")
+    if unit.replay.atif:
+        return AtifReplayModel.load(unit.replay.trajectory)
     return ReplayModel.load(unit.replay.trajectory)

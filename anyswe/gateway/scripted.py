@@ -25,9 +25,18 @@ from anyswe.gateway.wire import Conversation, Message, Reply, ToolCall, Usage, c
 #: Retry-After then success; never submitting; a context-window error.
 Misbehaviour = Literal["slow", "malformed", "flaky", "rate_limited", "never_submits", "context_window"]
 
-#: Tool names agents give their shell (mini-swe-agent `bash`, Claude Code `Bash`, ...).
-_SHELL_NAMES = ("bash", "shell", "terminal", "exec", "run_shell_command", "execute_command", "exec_command")
-_COMMAND_KEYS = ("command", "cmd", "script", "code")
+#: Tool names agents give their shell (mini-swe-agent `bash`, Claude Code `Bash`, Cline `run_commands`, ...).
+_SHELL_NAMES = (
+    "bash",
+    "shell",
+    "terminal",
+    "exec",
+    "run_shell_command",
+    "execute_command",
+    "exec_command",
+    "run_commands",
+)
+_COMMAND_KEYS = ("command", "cmd", "script", "code", "commands")
 
 
 def _tokens(text: str) -> int:
@@ -81,7 +90,10 @@ class ScriptedModel:
         if tool is None:  # a text-based agent: the command in a fenced block
             return Reply(text=f"Next step.\n\n```bash\n{command}\n```\n")
         name, arg = tool
-        return Reply(text="", tool_calls=[ToolCall(f"call_{n:04d}", name, {arg: command})], stop="tool_use")
+        # A tool that takes a list of commands (Cline's run_commands) gets a list of one.
+        many = ((conv.tools[name].get("properties") or {}).get(arg) or {}).get("type") == "array"
+        value: Any = [command] if many else command
+        return Reply(text="", tool_calls=[ToolCall(f"call_{n:04d}", name, {arg: value})], stop="tool_use")
 
     def _fail_first(self, conv: Conversation) -> None:
         """The first call with a given conversation fails; the same call again succeeds."""

@@ -1,6 +1,6 @@
-"""What the CLI-agent tests share: their spec (Claude Code, OpenClaw, Hermes, Codex, OpenCode, Pi and
-Gemini CLI with the scripted model on the SWE-bench-shaped demo tasks, on docker and apptainer) and an experiment made
-from it."""
+"""What the CLI-agent tests share: their spec (Claude Code, OpenClaw, Hermes, Codex, OpenCode, Pi,
+Gemini CLI and Cline with the scripted model on the SWE-bench-shaped demo tasks, on docker and
+apptainer) and an experiment made from it."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ agents:
   opencode: {type: opencode, max_turns: 10}
   pi: {type: pi, max_turns: 10}
   gemini: {type: gemini-cli, max_turns: 10}
+  cline: {type: cline, max_turns: 10}
 models:
   scripted: {api: scripted, protocol: anthropic-messages}
   scripted-chat: {api: scripted, protocol: openai-chat}
@@ -43,6 +44,8 @@ matrix:
     - {agent: pi, model: scripted-chat, provider: apptainer}
     - {agent: gemini, model: scripted-chat, provider: docker}
     - {agent: gemini, model: scripted, provider: apptainer}
+    - {agent: cline, model: scripted-chat, provider: docker}
+    - {agent: cline, model: scripted-chat, provider: apptainer}
 concurrency: 6
 # 600: OpenClaw alone takes 23 CPU-seconds to its first call (test_cli_agent_edges), and six of it
 # ran past 240 s each when a cold CI run loaded the two cores.

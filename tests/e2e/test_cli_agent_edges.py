@@ -35,6 +35,7 @@ SPOKEN = {
     "opencode": "openai-chat",
     "pi": "openai-chat",
     "gemini-cli": "google-generate-content",
+    "cline": "openai-chat",
 }
 #: Where a model of each protocol is served below its root URL.
 SUFFIX = {"anthropic-messages": "", "google-generate-content": "/v1beta"}
@@ -101,7 +102,7 @@ def test_an_older_base_runs_every_agent_and_a_missing_library_stops_one_clearly(
     (tmp_path / "spec.yaml").write_text(SPEC)
     everyone = [
         "dataset={name: demo, instance_ids: [demo__calc-1]}",
-        "matrix={agents: [claude, openclaw, hermes, codex, opencode, pi, gemini], models: [scripted-chat],"
+        "matrix={agents: [claude, openclaw, hermes, codex, opencode, pi, gemini, cline], models: [scripted-chat],"
         " providers: [docker]}",
         "models.scripted-chat={api: scripted, protocol: anthropic-messages}",
     ]
@@ -114,8 +115,9 @@ def test_an_older_base_runs_every_agent_and_a_missing_library_stops_one_clearly(
             if run == "bullseye":
                 assert all(r["resolved"] for r in rows.values()), rows
             else:
-                # Codex is a static binary, OpenCode's needs only the C library: no libstdc++ is no matter to them.
-                assert all(rows[a]["resolved"] for a in ("claude", "hermes", "codex", "opencode")), rows
+                # Codex is a static binary, OpenCode's and Cline's need only the C library: no libstdc++ is no
+                # matter to them.
+                assert all(rows[a]["resolved"] for a in ("claude", "hermes", "codex", "opencode", "cline")), rows
                 for node_agent in ("openclaw", "pi", "gemini"):  # node needs libstdc++
                     stopped = rows[node_agent]
                     assert stopped["error_kind"] == "agent" and stopped["model_calls"] == 0, stopped
@@ -170,6 +172,7 @@ TRANSLATIONS = {
     "pi": ("anthropic-messages", "openai-chat"),
     # Gemini CLI speaks only Google's protocol: a policy server speaking OpenAI chat behind it.
     "gemini-cli": ("google-generate-content", "openai-chat"),
+    "cline": ("openai-chat", "anthropic-messages"),
 }
 
 

@@ -1,13 +1,15 @@
-"""Claude Code, OpenClaw, Hermes, Codex, OpenCode, Pi and Gemini CLI (pinned releases, from their bundles)
-inside the task containers, on docker and apptainer, through the model gateway with the scripted model: they resolve the
-SWE-bench-shaped tasks, their transcripts and trajectories are kept, their bundles are built once, and
-the report shows their steps. (Turn caps, dead endpoints, budgets, an older base and translation:
+"""Claude Code, OpenClaw, Hermes, Codex, OpenCode, Pi, Gemini CLI and Cline (pinned releases, from their
+bundles) inside the task containers, on docker and apptainer, through the model gateway with the
+scripted model: they resolve the SWE-bench-shaped tasks, their transcripts and trajectories are kept,
+their bundles are built once, the report shows their steps, their trajectories export as ATIF and
+replay from it. (Turn caps, dead endpoints, budgets, an older base and translation:
 test_cli_agent_edges.py.)"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -25,6 +27,7 @@ AGENT_TYPES = {
     "opencode": "opencode",
     "pi": "pi",
     "gemini": "gemini-cli",
+    "cline": "cline",
 }
 #: What each agent keeps as its transcript.
 TRANSCRIPTS = {
@@ -35,6 +38,7 @@ TRANSCRIPTS = {
     "opencode": "agent-opencode.jsonl",
     "pi": "agent-pi.jsonl",
     "gemini": "agent-gemini-cli.jsonl",
+    "cline": "agent-cline.jsonl",
 }
 
 
@@ -42,7 +46,7 @@ TRANSCRIPTS = {
 def agents_run(runtimes: None, tmp_path_factory: pytest.TempPathFactory) -> Experiment:
     exp = experiment(tmp_path_factory.mktemp("cli-agents"))
     summary = exp.run(progress=False)
-    assert summary.ran == 30 and summary.errors == 0, summary
+    assert summary.ran == 34 and summary.errors == 0, summary
     return exp
 
 
@@ -87,6 +91,10 @@ def test_transcripts_and_trajectories_are_kept_and_patches_are_the_fix_alone(age
             assert events[-1]["status"] == "success" and events[-1]["stats"]["tool_calls"] == 1, events[-1]
             ran = [e for e in events if e["type"] == "tool_result"]
             assert len(ran) == 1 and ran[0]["status"] == "success", ran
+        elif row["agent"] == "cline":
+            events = [json.loads(line) for line in transcript.splitlines()]
+            assert events[-1]["type"] == "run_result" and events[-1]["finishReason"] == "completed", events[-1]
+            assert events[-1]["iterations"] == 2 and "providers.json" not in transcript, events[-1]
         elif row["agent"] == "openclaw":
             assert '"status": "ok"' in transcript or '"status":"ok"' in transcript, transcript[-500:]
         else:
@@ -178,3 +186,34 @@ def test_every_agents_trajectory_exports_as_atif_and_the_report_links_it(agents_
     page = render_report(agents_run.run_dir)
     key = paths[0].stem
     assert f"atif/{key}.json" in page  # the task's detail links its export
+
+
+def test_an_atif_export_replays_through_the_replay_model(agents_run: Experiment, tmp_path: Path) -> None:
+    """Issue 34, item 4: ATIF trajectories replay (``replay: {atif: DIR}``): Pi's docker tasks, exported,
+    served in order to Pi again on both runtimes, give the same patches and verdicts without a model."""
+    import shutil
+
+    import anyswe
+
+    exported = anyswe.export_atif(agents_run.run_dir, tmp_path / "atif")
+    recorded = {r["key"]: r for r in agents_run.results().iter_rows(named=True)}
+    keep = tmp_path / "pi-docker"
+    keep.mkdir()
+    for path in exported:
+        row = recorded[path.stem]
+        if (row["agent"], row["provider"]) == ("pi", "docker"):
+            shutil.copy(path, keep / f"{row['instance_id']}.json")  # <instance_id>.json: one per instance
+    (tmp_path / "replay").mkdir()
+    replay = experiment(
+        tmp_path / "replay",
+        f"models.again={{api: scripted, protocol: anthropic-messages, replay: {{atif: '{keep}'}}}}",
+        "matrix={agents: [pi], models: [again], providers: [docker, apptainer]}",
+    )
+    summary = replay.run(progress=False)
+    assert summary.ran == 4 and summary.errors == 0, summary
+    patches = {
+        r["instance_id"]: r["model_patch"] for r in recorded.values() if (r["agent"], r["provider"]) == ("pi", "docker")
+    }
+    for row in replay.results().iter_rows(named=True):
+        assert row["resolved"] and row["exit_reason"] == "submitted" and row["model_calls"] == 2, row
+        assert row["model_patch"] == patches[row["instance_id"]]

@@ -243,6 +243,7 @@ agents:
   opencode: {{type: opencode, max_turns: 10}}
   pi: {{type: pi, max_turns: 10}}
   gemini: {{type: gemini-cli, max_turns: 10}}
+  cline: {{type: cline, max_turns: 10}}
 models:
   scripted: {{api: scripted, protocol: anthropic-messages}}
 providers:
@@ -327,7 +328,7 @@ def anyswe_agents(
     real_images: dict[str, str], shared_swebench: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[tuple[str, str, str], TaskResult]:
     """mini-swe-agent and Claude Code with the scripted oracle on a pytest and a sphinx image, and Codex,
-    OpenCode, Pi and Gemini CLI on the pytest one (one real instance each keeps CI's time), both runtimes."""
+    OpenCode, Pi, Gemini CLI and Cline on the pytest one (one real instance each keeps CI's time), both runtimes."""
     root = tmp_path_factory.mktemp("real-agents")
     spec = root / "spec.yaml"
     spec.write_text(
@@ -338,12 +339,12 @@ def anyswe_agents(
         )
     )
     rows = apply_spec(spec, root / "run", "matrix.agents=[mini, claude]")
-    more = ("matrix.agents=[codex, opencode, pi, gemini]", f"dataset.instance_ids=[{AGENT_IDS[0]}]")
+    more = ("matrix.agents=[codex, opencode, pi, gemini, cline]", f"dataset.instance_ids=[{AGENT_IDS[0]}]")
     return rows | apply_spec(spec, root / "run-more", *more)
 
 
 AGENT_CASES = [(i, a) for i in AGENT_IDS for a in ("mini", "claude")] + [
-    (AGENT_IDS[0], a) for a in ("codex", "opencode", "pi", "gemini")
+    (AGENT_IDS[0], a) for a in ("codex", "opencode", "pi", "gemini", "cline")
 ]
 
 
