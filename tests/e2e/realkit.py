@@ -1,9 +1,18 @@
 """What the real-image tiers share: an instance's eval run by hand with plain docker (swebench's
-procedure, or a benchmark's own), and ``anyswe apply`` run as a user runs it."""
+procedure, or a benchmark's own), and ``anyswe apply`` run as a user runs it.
+
+A by-hand run is the reference anyswe's verdicts are held to, and a function of the image, the patch
+and the eval script alone: it is kept on this machine (``<cache>/test-references/``) under the
+hash of the image's ID and those two, as the images and SIFs it is made from are, and a later run
+on the very same image reads it instead of running it again. A rebuilt image (a cold run, a changed
+build) has another ID and is run by hand again. anyswe's own gradings, which the tiers test, always
+run. (The C instances' evals rebuild their projects: redis's takes 94 s of one core each time.)"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,6 +40,8 @@ class ByHandRun:
     apply_output: str
     output: str
     seconds: float
+    #: Read from this machine's references (an earlier run of the same image, patch and script).
+    reused: bool = False
 
 
 def docker(*argv: str, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -41,7 +52,26 @@ def run_by_hand(
     image: str, instance: Instance, patch: str, script: Callable[[Instance], str] = sb.eval_script
 ) -> ByHandRun:
     """swebench's procedure with plain docker: a fresh container, the patch by `git apply -v` (none if
-    empty), swebench's eval script by `/bin/bash /eval.sh` with stdout and stderr together."""
+    empty), swebench's eval script by `/bin/bash /eval.sh` with stdout and stderr together; or its
+    reference from an earlier run of the same image, patch and script (the module's docstring)."""
+    from anyswe.config import cache_dir
+
+    text = script(instance)
+    image_id = docker("image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
+    assert image_id.startswith("sha256:"), f"{image}: no such image"
+    key = hashlib.sha256("\0".join((image_id, patch, text)).encode()).hexdigest()
+    kept = cache_dir() / "test-references" / f"{key}.json"
+    if kept.is_file():
+        return ByHandRun(**{**json.loads(kept.read_text()), "reused": True})
+    run = _run_by_hand(image, patch, text)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    partial = kept.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps(run.__dict__ | {"reused": False}))
+    partial.replace(kept)  # whole or absent: a killed run leaves no half a reference
+    return run
+
+
+def _run_by_hand(image: str, patch: str, text: str) -> ByHandRun:
     started = docker("run", "-d", "--network", "none", "--entrypoint", "sleep", image, "infinity")
     assert started.returncode == 0, started.stderr
     container = started.stdout.strip()
@@ -52,7 +82,6 @@ def run_by_hand(
             assert put.returncode == 0, put.stderr
             r = docker("exec", "-w", "/testbed", container, "git", "apply", "-v", "/tmp/patch.diff")
             applied, apply_output = r.returncode == 0, r.stdout + r.stderr
-        text = script(instance)
         put = docker("exec", "-i", container, "/bin/bash", "-c", "cat > /eval.sh", stdin=text)
         assert put.returncode == 0, put.stderr
         t0 = time.monotonic()
