@@ -50,13 +50,10 @@ class ClaudeCodeAgent(CliAgent):
     name: ClassVar[str] = "claude-code"
     config_class = ClaudeCodeConfig
     config: ClaudeCodeConfig
+    pinned_release = VERSION
     bundle = BUNDLE
     capture_excludes = (".claude",)
     transcript = "agent-claude-code.jsonl"
-
-    @classmethod
-    def release(cls) -> str | None:
-        return VERSION
 
     @classmethod
     def tool_results(cls, transcript: str) -> dict[str, tuple[str, bool]]:

@@ -51,6 +51,19 @@ class CliAgent(Agent):
 
     bundle: ClassVar[BundleRecipe]
     config: CliAgentConfig
+    #: The agent's pinned release (its lock's version), which exports name.
+    pinned_release: ClassVar[str | None] = None
+    #: The agent has no turn limit of its own: the gateway keeps ``max_turns`` for it (a call past it
+    #: ends the task at max_iterations).
+    turn_cap_at_gateway: ClassVar[bool] = False
+
+    @classmethod
+    def release(cls) -> str | None:
+        return cls.pinned_release
+
+    @classmethod
+    def gateway_turn_cap(cls, config: AgentConfig) -> int | None:
+        return config.max_turns if cls.turn_cap_at_gateway and isinstance(config, CliAgentConfig) else None
 
     def task(self, ctx: AgentContext) -> str:
         """The prompt, filled in for this task."""

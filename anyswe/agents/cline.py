@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from anyswe._files import remove_task_file
-from anyswe.agents.base import AgentConfig, AgentContext, AgentOutcome, AgentUsage, ExitReason
+from anyswe.agents.base import AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleError, BundleRecipe, npm_ci
 from anyswe.agents.cli import CliAgent, CliAgentConfig, json_lines, private_file
 
@@ -61,17 +61,11 @@ class ClineAgent(CliAgent):
     name: ClassVar[str] = "cline"
     config_class = ClineConfig
     config: ClineConfig
+    pinned_release = VERSION
+    turn_cap_at_gateway = True
     bundle = BUNDLE
     transcript = "agent-cline.jsonl"
     capture_excludes = (".cline", ".clinerules")
-
-    @classmethod
-    def release(cls) -> str | None:
-        return VERSION
-
-    @classmethod
-    def gateway_turn_cap(cls, config: AgentConfig) -> int | None:
-        return config.max_turns if isinstance(config, ClineConfig) else None
 
     def command(self, ctx: AgentContext) -> list[str]:
         return [

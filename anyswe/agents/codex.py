@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from anyswe.agents.base import AgentConfig, AgentContext, AgentOutcome, AgentUsage, ExitReason
+from anyswe.agents.base import AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleRecipe, copy_file, npm_ci
 from anyswe.agents.cli import CliAgent, CliAgentConfig, json_lines
 
@@ -54,16 +54,10 @@ class CodexAgent(CliAgent):
     name: ClassVar[str] = "codex"
     config_class = CodexConfig
     config: CodexConfig
+    pinned_release = VERSION
+    turn_cap_at_gateway = True
     bundle = BUNDLE
     transcript = "agent-codex.jsonl"
-
-    @classmethod
-    def release(cls) -> str | None:
-        return VERSION
-
-    @classmethod
-    def gateway_turn_cap(cls, config: AgentConfig) -> int | None:
-        return config.max_turns if isinstance(config, CodexConfig) else None
 
     def command(self, ctx: AgentContext) -> list[str]:
         assert ctx.model is not None

@@ -47,12 +47,9 @@ class GeminiCliAgent(CliAgent):
     name: ClassVar[str] = "gemini-cli"
     config_class = GeminiCliConfig
     config: GeminiCliConfig
+    pinned_release = VERSION
     bundle = BUNDLE
     transcript = "agent-gemini-cli.jsonl"
-
-    @classmethod
-    def release(cls) -> str | None:
-        return VERSION
 
     def command(self, ctx: AgentContext) -> list[str]:
         assert ctx.model is not None

@@ -85,12 +85,9 @@ class HermesAgent(CliAgent):
     name: ClassVar[str] = "hermes"
     config_class = HermesConfig
     config: HermesConfig
+    pinned_release = VERSION
     bundle = BUNDLE
     capture_excludes = (".hermes", "AGENTS.md.hermes")
-
-    @classmethod
-    def release(cls) -> str | None:
-        return VERSION
 
     def command(self, ctx: AgentContext) -> list[str]:
         return [

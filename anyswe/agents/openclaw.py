@@ -59,16 +59,10 @@ class OpenClawAgent(CliAgent):
     name: ClassVar[str] = "openclaw"
     config_class = OpenClawConfig
     config: OpenClawConfig
+    pinned_release = VERSION
+    turn_cap_at_gateway = True
     bundle = BUNDLE
     capture_excludes = (".openclaw",)
-
-    @classmethod
-    def release(cls) -> str | None:
-        return VERSION
-
-    @classmethod
-    def gateway_turn_cap(cls, config: AgentConfig) -> int | None:
-        return config.max_turns if isinstance(config, OpenClawConfig) else None
 
     @classmethod
     def check_model(cls, config: AgentConfig, model: ModelSpec) -> None:

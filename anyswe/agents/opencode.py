@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from anyswe.agents.base import AgentConfig, AgentContext, AgentOutcome, AgentUsage, ExitReason
+from anyswe.agents.base import AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleRecipe, copy_file, npm_ci
 from anyswe.agents.cli import CliAgent, CliAgentConfig, json_lines
 
@@ -55,16 +55,10 @@ class OpenCodeAgent(CliAgent):
     name: ClassVar[str] = "opencode"
     config_class = OpenCodeConfig
     config: OpenCodeConfig
+    pinned_release = VERSION
+    turn_cap_at_gateway = True
     bundle = BUNDLE
     transcript = "agent-opencode.jsonl"
-
-    @classmethod
-    def release(cls) -> str | None:
-        return VERSION
-
-    @classmethod
-    def gateway_turn_cap(cls, config: AgentConfig) -> int | None:
-        return config.max_turns if isinstance(config, OpenCodeConfig) else None
 
     def command(self, ctx: AgentContext) -> list[str]:
         return [

@@ -61,16 +61,10 @@ class PiAgent(CliAgent):
     name: ClassVar[str] = "pi"
     config_class = PiConfig
     config: PiConfig
+    pinned_release = VERSION
+    turn_cap_at_gateway = True
     bundle = BUNDLE
     transcript = "agent-pi.jsonl"
-
-    @classmethod
-    def release(cls) -> str | None:
-        return VERSION
-
-    @classmethod
-    def gateway_turn_cap(cls, config: AgentConfig) -> int | None:
-        return config.max_turns if isinstance(config, PiConfig) else None
 
     @classmethod
     def check_model(cls, config: AgentConfig, model: ModelSpec) -> None:
