@@ -101,10 +101,9 @@ def main() -> None:
     print(f"{head[0]:10} {head[1]:>9} {head[2]:>9} {head[3]:>11} {head[4]:>12} {head[5]:>7}")
     for a in AGENTS:
         ratio = per_step[a] / per_step["mini"] if per_step[a] > 0 and per_step["mini"] > 0 else float("nan")
-        print(
-            f"{a:10} {short[a][0]:9.2f} {long[a][0]:9.2f} {startup[a]:11.2f} {1000 * per_step[a]:12.0f} {ratio:7.1f}"
-        )
+        print(f"{a:10} {short[a][0]:9.2f} {long[a][0]:9.2f} {startup[a]:11.2f} {1000 * per_step[a]:12.0f} {ratio:7.1f}")
     print("(a per-step cost at or below 0 is under the noise of the medians: a few tens of ms)")
+
 
 if __name__ == "__main__":
     main()
