@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -69,7 +70,14 @@ def _steps(run: Path, key: str, row: dict[str, Any], problems: list[str]) -> lis
     if text is None:
         return []
     beside = PurePosixPath(rel).parent
-    transcripts = {n: t for n in transcript_readers() if (t := _file(run, str(beside / n))) is not None}
+    # Only the transcripts the task has (one listing, not an attempt per agent type that keeps one); each is
+    # still read without following a link.
+    try:
+        present = set(os.listdir(run / beside))
+    except OSError:
+        present = set()
+    names = [n for n in transcript_readers() if n in present]
+    transcripts = {n: t for n in names if (t := _file(run, str(beside / n))) is not None}
     steps = read_trajectory(run / rel, transcripts, problems=problems, text=text)
 
     def msg(m: Any) -> list[Any]:
