@@ -18,7 +18,7 @@ from pydantic import Field
 
 from anyswe.agents.base import AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleRecipe, copy_file, npm_ci
-from anyswe.agents.cli import CliAgent, CliAgentConfig, json_lines
+from anyswe.agents.cli import CliAgent, CliAgentConfig, json_lines, names_full_context
 
 if TYPE_CHECKING:
     from anyswe.sandbox import ExecResult
@@ -108,8 +108,7 @@ def classify(final: dict[str, Any]) -> ExitReason:
         return ExitReason.MAX_ITERATIONS
     text = str(final.get("result", "")).lower()
     if final.get("is_error") or subtype.startswith("error") or reason not in ("", "completed"):
-        too_long = "prompt is too long" in text or "context length" in text or "context window" in text
-        return ExitReason.CONTEXT_WINDOW if too_long else ExitReason.ERROR
+        return ExitReason.CONTEXT_WINDOW if names_full_context(text) else ExitReason.ERROR
     return ExitReason.SUBMITTED
 
 

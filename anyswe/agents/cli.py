@@ -1,4 +1,5 @@
-"""Command-line agents that run inside the task's sandbox: Claude Code, OpenClaw, Hermes.
+"""Command-line agents that run inside the task's sandbox: Claude Code, OpenClaw, Hermes, Codex, OpenCode,
+Pi, Gemini CLI, Cline.
 
 Each is a small subclass saying which bundle it runs from, its command line and environment, and
 how its structured output maps onto anyswe's exit reasons. What they share lives here: the sandbox
@@ -21,13 +22,18 @@ from pydantic import ConfigDict, Field
 from anyswe.agents.base import Agent, AgentConfig, AgentContext, AgentOutcome, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleRecipe, ensure_bundle
 from anyswe.errors import AgentError
+from anyswe.model import Protocol
 
 if TYPE_CHECKING:
-    from anyswe.model import ModelEndpoint
+    from anyswe.model import ModelEndpoint, ModelSpec
     from anyswe.sandbox import ExecResult, SandboxRequest
 
 #: Where the gateway relay listens inside the sandbox.
 GATEWAY_PORT = 8765
+#: The environment variable an agent that reads its key from one is given the task's token in.
+TOKEN_ENV = "ANYSWE_TASK_TOKEN"
+#: How agents say their model's context window is full, in their own words or their API's.
+_CONTEXT_FULL = ("context window", "context_length_exceeded", "context length", "prompt is too long")
 #: The agent's own deadline comes this much before the executor's, so it is stopped inside.
 _GRACE_SECONDS = 10.0
 
@@ -46,6 +52,16 @@ class CliAgentConfig(AgentConfig):
     )
 
 
+class ProtocolChoiceConfig(CliAgentConfig):
+    """The config of an agent that can speak more than one protocol (its class's ``speaks``)."""
+
+    protocol: Protocol | None = Field(
+        default=None,
+        description="What the agent speaks to the gateway (default: the model's own protocol); the gateway "
+        "translates to the model's.",
+    )
+
+
 class CliAgent(Agent):
     """An agent that is a program run in the task's sandbox from a bundle, through the model gateway."""
 
@@ -56,6 +72,9 @@ class CliAgent(Agent):
     #: The agent has no turn limit of its own: the gateway keeps ``max_turns`` for it (a call past it
     #: ends the task at max_iterations).
     turn_cap_at_gateway: ClassVar[bool] = False
+    #: For an agent told which protocol to speak (a :class:`ProtocolChoiceConfig`'s ``protocol``, default
+    #: the model's): each anyswe protocol it can speak -> its own name for it. Empty: it speaks one.
+    speaks: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def release(cls) -> str | None:
@@ -64,6 +83,23 @@ class CliAgent(Agent):
     @classmethod
     def gateway_turn_cap(cls, config: AgentConfig) -> int | None:
         return config.max_turns if cls.turn_cap_at_gateway and isinstance(config, CliAgentConfig) else None
+
+    @classmethod
+    def check_model(cls, config: AgentConfig, model: ModelSpec) -> None:
+        chosen = config.protocol if isinstance(config, ProtocolChoiceConfig) else None
+        if cls.speaks and (chosen or model.agent_protocol) not in cls.speaks:  # a plugin's protocol, say
+            raise AgentError(
+                f"{cls.name} speaks {', '.join(cls.speaks)}, not {chosen or model.agent_protocol!r}; set its "
+                "protocol to one of them"
+            )
+
+    def spoken(self, ctx: AgentContext) -> tuple[str, str]:
+        """For an agent with ``speaks``: (its own name for the protocol it speaks this task, the gateway's
+        URL for that protocol: the root for Anthropic's clients, ``/v1`` for OpenAI's)."""
+        assert ctx.model is not None
+        chosen = self.config.protocol if isinstance(self.config, ProtocolChoiceConfig) else None
+        protocol = chosen or ctx.model.api
+        return self.speaks[protocol], self.base_url + ("" if protocol == "anthropic-messages" else "/v1")
 
     def task(self, ctx: AgentContext) -> str:
         """The prompt, filled in for this task."""
@@ -142,6 +178,12 @@ class CliAgent(Agent):
         if result.timed_out:
             outcome.exit_reason = ExitReason.TIMEOUT
         return outcome
+
+
+def names_full_context(text: str) -> bool:
+    """Whether an agent's error text says the model's context window is full."""
+    lower = text.lower()
+    return any(phrase in lower for phrase in _CONTEXT_FULL)
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:

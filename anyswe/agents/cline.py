@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from anyswe._files import remove_task_file
 from anyswe.agents.base import AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleError, BundleRecipe, npm_ci
-from anyswe.agents.cli import CliAgent, CliAgentConfig, json_lines, private_file
+from anyswe.agents.cli import CliAgent, CliAgentConfig, json_lines, names_full_context, private_file
 
 if TYPE_CHECKING:
     from anyswe.sandbox import ExecResult
@@ -127,7 +127,7 @@ def classify(final: dict[str, Any] | None) -> ExitReason:
     window is that)."""
     if final is None:
         return ExitReason.ERROR
-    text = json.dumps(final.get("error") or final.get("text") or "").lower()
-    if final.get("finishReason") == "error" and ("context window" in text or "context_length_exceeded" in text):
+    text = json.dumps(final.get("error") or final.get("text") or "")
+    if final.get("finishReason") == "error" and names_full_context(text):
         return ExitReason.CONTEXT_WINDOW
     return _FINISH.get(str(final.get("finishReason")), ExitReason.ERROR)

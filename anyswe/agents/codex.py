@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from anyswe.agents.base import AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleRecipe, copy_file, npm_ci
-from anyswe.agents.cli import CliAgent, CliAgentConfig, json_lines
+from anyswe.agents.cli import TOKEN_ENV, CliAgent, CliAgentConfig, json_lines, names_full_context
 
 if TYPE_CHECKING:
     from anyswe.sandbox import ExecResult
@@ -30,7 +30,6 @@ _TRIPLE = "x86_64-unknown-linux-musl"
 #: The binary inside the bundle, where the npm package puts it (Codex finds ``codex-path/rg`` beside it).
 _BIN = f"vendor/{_TRIPLE}/bin/codex"
 #: The environment variable Codex's provider reads its key from (the task's token).
-_KEY_ENV = "ANYSWE_TASK_TOKEN"
 
 
 def _build(lock: Path, work: Path, out: Path) -> None:
@@ -77,7 +76,7 @@ class CodexAgent(CliAgent):
         provider = {
             "name": "anyswe",
             "base_url": f"{self.base_url}/v1",
-            "env_key": _KEY_ENV,
+            "env_key": TOKEN_ENV,
             "wire_api": "responses",
             # The gateway retries its upstream itself; Codex's own retries would multiply them.
             "request_max_retries": 0,
@@ -91,7 +90,7 @@ class CodexAgent(CliAgent):
             *(f"{k} = {json.dumps(v)}" for k, v in provider.items()),
         ]
         (home / "config.toml").write_text("\n".join(lines) + "\n")
-        return {"CODEX_HOME": f"{STATE_DIR}/codex", _KEY_ENV: token, "TMPDIR": f"{STATE_DIR}/tmp"}
+        return {"CODEX_HOME": f"{STATE_DIR}/codex", TOKEN_ENV: token, "TMPDIR": f"{STATE_DIR}/tmp"}
 
     def outcome(self, ctx: AgentContext, result: ExecResult, state_dir: Path) -> AgentOutcome:
         events = json_lines(result.stdout)
@@ -120,8 +119,7 @@ def classify(final: dict[str, Any], events: list[dict[str, Any]]) -> ExitReason:
     """Codex's last turn event -> anyswe's exit reason."""
     if final.get("type") == "turn.completed":
         return ExitReason.SUBMITTED
-    text = _error_text(final, events).lower()
-    if "context window" in text or "context_length_exceeded" in text or "context length" in text:
+    if names_full_context(_error_text(final, events)):
         return ExitReason.CONTEXT_WINDOW
     return ExitReason.ERROR
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from anyswe.agents.base import AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleRecipe, node_bundle
-from anyswe.agents.cli import CliAgent, CliAgentConfig, json_lines
+from anyswe.agents.cli import CliAgent, CliAgentConfig, json_lines, names_full_context
 
 if TYPE_CHECKING:
     from anyswe.sandbox import ExecResult
@@ -113,6 +113,6 @@ def classify(final: dict[str, Any] | None) -> ExitReason:
     text = f"{error.get('type', '')} {error.get('message', '')}".lower()
     if "turnlimited" in text or "max session turns" in text:
         return ExitReason.MAX_ITERATIONS
-    if "context window" in text or "context_length_exceeded" in text or "context length" in text:
+    if names_full_context(text):
         return ExitReason.CONTEXT_WINDOW
     return ExitReason.ERROR

@@ -30,7 +30,7 @@ from anyswe.agents.bundles import (
     pip_install,
     python_runtime,
 )
-from anyswe.agents.cli import CliAgent, CliAgentConfig, private_file
+from anyswe.agents.cli import CliAgent, CliAgentConfig, names_full_context, private_file
 
 if TYPE_CHECKING:
     from anyswe.sandbox import ExecResult
@@ -129,7 +129,7 @@ def classify(text: str, exit_code: int) -> ExitReason:
     lower = text.lower()
     if "reached maximum iterations" in lower:
         return ExitReason.MAX_ITERATIONS
-    if "context length" in lower or "context window" in lower or "prompt is too long" in lower:
+    if names_full_context(text):
         return ExitReason.CONTEXT_WINDOW
     if "api call failed" in lower or exit_code != 0:
         return ExitReason.ERROR

@@ -16,20 +16,16 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field
-
 from anyswe._files import remove_task_file
-from anyswe.agents.base import AgentConfig, AgentContext, AgentOutcome, AgentUsage, ExitReason
+from anyswe.agents.base import AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleRecipe, node_bundle
-from anyswe.agents.cli import CliAgent, CliAgentConfig, private_file
-from anyswe.errors import AgentError
-from anyswe.model import ModelSpec, Protocol
+from anyswe.agents.cli import CliAgent, ProtocolChoiceConfig, private_file
 
 if TYPE_CHECKING:
     from anyswe.sandbox import ExecResult
 
 VERSION = "2026.9.6"
-#: The gateway protocol OpenClaw's provider speaks, per anyswe protocol.
+#: OpenClaw's provider ``api`` per anyswe protocol.
 _API = {
     "openai-chat": "openai-completions",
     "openai-responses": "openai-responses",
@@ -44,15 +40,10 @@ def _build(lock: Path, work: Path, out: Path) -> None:
 BUNDLE = BundleRecipe(name="openclaw", lock="openclaw", build=_build, check=("bin/openclaw", "--version"))
 
 
-class OpenClawConfig(CliAgentConfig):
+class OpenClawConfig(ProtocolChoiceConfig):
     """The ``agents.<name>`` block of a spec with ``type: openclaw``."""
 
     type: Literal["openclaw"] = "openclaw"
-    protocol: Protocol | None = Field(
-        default=None,
-        description="What OpenClaw speaks to the gateway (default: the model's own protocol); the gateway "
-        "translates to the model's.",
-    )
 
 
 class OpenClawAgent(CliAgent):
@@ -61,15 +52,9 @@ class OpenClawAgent(CliAgent):
     config: OpenClawConfig
     pinned_release = VERSION
     turn_cap_at_gateway = True
+    speaks = _API
     bundle = BUNDLE
     capture_excludes = (".openclaw",)
-
-    @classmethod
-    def check_model(cls, config: AgentConfig, model: ModelSpec) -> None:
-        protocol = (config.protocol if isinstance(config, OpenClawConfig) else None) or model.agent_protocol
-        if protocol not in _API:  # a plugin's protocol: OpenClaw has no provider that speaks it
-            known = ", ".join(_API)
-            raise AgentError(f"OpenClaw speaks {known}, not {protocol!r}; set its protocol to one of them")
 
     def command(self, ctx: AgentContext) -> list[str]:
         timeout = str(_own_deadline(ctx))
@@ -83,11 +68,11 @@ class OpenClawAgent(CliAgent):
     def configure(self, ctx: AgentContext, token: str) -> dict[str, str]:
         assert ctx.model is not None and ctx.state_dir is not None
         # The config holds the task's token: in the task's state directory, readable by its owner only.
-        protocol = self.config.protocol or ctx.model.api
+        api, base_url = self.spoken(ctx)
         provider = {
-            "baseUrl": self.base_url + ("" if protocol == "anthropic-messages" else "/v1"),
+            "baseUrl": base_url,
             "apiKey": token,
-            "api": _API[protocol],
+            "api": api,
             "models": [{"id": "model", "name": ctx.model.model}],
         }
         config = {

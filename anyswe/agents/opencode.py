@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from anyswe.agents.base import AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleRecipe, copy_file, npm_ci
-from anyswe.agents.cli import CliAgent, CliAgentConfig, json_lines
+from anyswe.agents.cli import TOKEN_ENV, CliAgent, CliAgentConfig, json_lines, names_full_context
 
 if TYPE_CHECKING:
     from anyswe.sandbox import ExecResult
 
 VERSION = "1.18.33"
-_KEY_ENV = "ANYSWE_TASK_TOKEN"
 #: OpenCode's switches for what a sealed sandbox cannot do or should not let the repository decide.
 _QUIET = (
     "OPENCODE_DISABLE_AUTOUPDATE",
@@ -75,7 +74,7 @@ class OpenCodeAgent(CliAgent):
         provider = {
             "npm": "@ai-sdk/openai-compatible",
             "name": "anyswe",
-            "options": {"baseURL": f"{self.base_url}/v1", "apiKey": f"{{env:{_KEY_ENV}}}"},
+            "options": {"baseURL": f"{self.base_url}/v1", "apiKey": f"{{env:{TOKEN_ENV}}}"},
             "models": {"model": {"id": ctx.model.model, "name": ctx.model.model}},
         }
         config = {"provider": {"anyswe": provider}, "model": "anyswe/model", "autoupdate": False, "share": "disabled"}
@@ -85,7 +84,7 @@ class OpenCodeAgent(CliAgent):
             **xdg,
             **dict.fromkeys(_QUIET, "1"),
             "OPENCODE_CONFIG": f"{STATE_DIR}/opencode.json",
-            _KEY_ENV: token,
+            TOKEN_ENV: token,
             "TMPDIR": f"{STATE_DIR}/tmp",
         }
 
@@ -112,8 +111,7 @@ class OpenCodeAgent(CliAgent):
 def classify(finishes: list[dict[str, Any]], errors: list[str]) -> ExitReason:
     """OpenCode's last step and its errors -> anyswe's exit reason: done when its last step finished
     with ``stop`` and nothing failed."""
-    text = " ".join(errors).lower()
-    if "context window" in text or "context_length_exceeded" in text or "context length" in text:
+    if names_full_context(" ".join(errors)):
         return ExitReason.CONTEXT_WINDOW
     if errors or not finishes or finishes[-1].get("reason") != "stop":
         return ExitReason.ERROR

@@ -18,19 +18,14 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field
-
-from anyswe.agents.base import AgentConfig, AgentContext, AgentOutcome, AgentUsage, ExitReason
+from anyswe.agents.base import AgentContext, AgentOutcome, AgentUsage, ExitReason
 from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleRecipe, node_bundle
-from anyswe.agents.cli import CliAgent, CliAgentConfig, json_lines
-from anyswe.errors import AgentError
-from anyswe.model import ModelSpec, Protocol
+from anyswe.agents.cli import TOKEN_ENV, CliAgent, ProtocolChoiceConfig, json_lines, names_full_context
 
 if TYPE_CHECKING:
     from anyswe.sandbox import ExecResult
 
 VERSION = "0.73.1"
-_KEY_ENV = "ANYSWE_TASK_TOKEN"
 #: Pi's provider ``api`` per anyswe protocol.
 _API = {
     "openai-chat": "openai-completions",
@@ -46,15 +41,10 @@ def _build(lock: Path, work: Path, out: Path) -> None:
 BUNDLE = BundleRecipe(name="pi", lock="pi", build=_build, check=("bin/pi", "--version"))
 
 
-class PiConfig(CliAgentConfig):
+class PiConfig(ProtocolChoiceConfig):
     """The ``agents.<name>`` block of a spec with ``type: pi``."""
 
     type: Literal["pi"] = "pi"
-    protocol: Protocol | None = Field(
-        default=None,
-        description="What Pi speaks to the gateway (default: the model's own protocol); the gateway translates "
-        "to the model's.",
-    )
 
 
 class PiAgent(CliAgent):
@@ -63,14 +53,9 @@ class PiAgent(CliAgent):
     config: PiConfig
     pinned_release = VERSION
     turn_cap_at_gateway = True
+    speaks = _API
     bundle = BUNDLE
     transcript = "agent-pi.jsonl"
-
-    @classmethod
-    def check_model(cls, config: AgentConfig, model: ModelSpec) -> None:
-        protocol = (config.protocol if isinstance(config, PiConfig) else None) or model.agent_protocol
-        if protocol not in _API:  # a plugin's protocol: Pi has no provider that speaks it
-            raise AgentError(f"Pi speaks {', '.join(_API)}, not {protocol!r}; set its protocol to one of them")
 
     def command(self, ctx: AgentContext) -> list[str]:
         return [
@@ -82,11 +67,11 @@ class PiAgent(CliAgent):
 
     def configure(self, ctx: AgentContext, token: str) -> dict[str, str]:
         assert ctx.model is not None and ctx.state_dir is not None
-        protocol = self.config.protocol or ctx.model.api
+        api, base_url = self.spoken(ctx)
         provider = {
-            "baseUrl": self.base_url + ("" if protocol == "anthropic-messages" else "/v1"),
-            "api": _API[protocol],
-            "apiKey": _KEY_ENV,  # the variable's name: Pi reads its value from the environment
+            "baseUrl": base_url,
+            "api": api,
+            "apiKey": TOKEN_ENV,  # the variable's name: Pi reads its value from the environment
             "models": [{"id": ctx.model.model, "name": "model"}],
         }
         home = ctx.state_dir / "pi"
@@ -99,7 +84,7 @@ class PiAgent(CliAgent):
             "PI_CODING_AGENT_DIR": f"{STATE_DIR}/pi",
             "PI_OFFLINE": "1",
             "PI_TELEMETRY": "0",
-            _KEY_ENV: token,
+            TOKEN_ENV: token,
             "TMPDIR": f"{STATE_DIR}/tmp",
         }
 
@@ -133,8 +118,8 @@ def classify(replies: list[dict[str, Any]], *, ended: bool) -> ExitReason:
     """Pi's assistant messages -> anyswe's exit reason: done when the agent ended and its last reply
     stopped of itself (``stop``), not on an error, an abort or the output limit."""
     last = replies[-1] if replies else {}
-    error = str(last.get("errorMessage") or "").lower()
-    if "context window" in error or "context_length_exceeded" in error or "context length" in error:
+    error = str(last.get("errorMessage") or "")
+    if names_full_context(error):
         return ExitReason.CONTEXT_WINDOW
     if not ended or last.get("stopReason") != "stop":
         return ExitReason.ERROR

@@ -169,12 +169,13 @@ def _atif_source(directory: Path, instance_id: str, sample: int) -> ReplaySource
     Harbor's trials (``<instance_id>__*/agent/trajectory.json``) or of anyswe's export (``<key>.json``,
     the key ending in ``__<instance_id>``)."""
     exact = directory / f"{instance_id}.json"
-    found = [exact] if exact.is_file() and sample == 0 else []
-    found = found or sorted(directory.glob(f"{instance_id}__*/agent/trajectory.json"))
+    if sample == 0 and exact.is_file():
+        return ReplaySource(trajectory=exact, atif=True)
+    found = sorted(directory.glob(f"{instance_id}__*/agent/trajectory.json"))
     found = found or sorted(directory.glob(f"*__{instance_id}.json"))
     if len(found) <= sample:
         return ReplaySource(error=f"replay: {directory} has no ATIF trajectory of {instance_id} (sample {sample})")
-    return ReplaySource(trajectory=found[sample if found[0] != exact else 0], atif=True)
+    return ReplaySource(trajectory=found[sample], atif=True)
 
 
 def _recorded(results: Path) -> list[TaskResult]:

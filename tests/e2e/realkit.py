@@ -10,6 +10,7 @@ run. (The C instances' evals rebuild their projects: redis's takes 94 s of one c
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -40,8 +41,6 @@ class ByHandRun:
     apply_output: str
     output: str
     seconds: float
-    #: Read from this machine's references (an earlier run of the same image, patch and script).
-    reused: bool = False
 
 
 def docker(*argv: str, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -62,11 +61,12 @@ def run_by_hand(
     key = hashlib.sha256("\0".join((image_id, patch, text)).encode()).hexdigest()
     kept = cache_dir() / "test-references" / f"{key}.json"
     if kept.is_file():
-        return ByHandRun(**{**json.loads(kept.read_text()), "reused": True})
+        data = json.loads(kept.read_text())
+        return ByHandRun(**{f.name: data[f.name] for f in dataclasses.fields(ByHandRun)})
     run = _run_by_hand(image, patch, text)
     kept.parent.mkdir(parents=True, exist_ok=True)
     partial = kept.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps(run.__dict__ | {"reused": False}))
+    partial.write_text(json.dumps(run.__dict__))
     partial.replace(kept)  # whole or absent: a killed run leaves no half a reference
     return run
 

@@ -99,7 +99,7 @@ def test_an_agent_that_cannot_speak_a_models_protocol_says_so_at_plan_time(tmp_p
             "models:\n  ok: {api: scripted}\n  odd: {api: scripted, protocol: lines-test}\n"
             "providers:\n  d: {type: docker}\n"
         )
-        with pytest.raises(PlanError, match=r"agents\.oc with models\.odd: OpenClaw speaks .*'lines-test'"):
+        with pytest.raises(PlanError, match=r"agents\.oc with models\.odd: openclaw speaks .*'lines-test'"):
             make_plan(load_spec(spec_from(tmp_path, base=spec)))
         told = spec.replace("oc: {type: openclaw}", "oc: {type: openclaw, protocol: anthropic-messages}")
         assert len(make_plan(load_spec(spec_from(tmp_path, base=told))).tasks) == 2
