@@ -96,9 +96,10 @@ def settle(output: TaskOutput, used: Grant, task_dir: Path, model: ModelSpec | N
     unfailed = not outcome.failures
     if used.unrecorded is not None and unfailed:
         failure = Failure(kind="infra", source="grant", message=used.unrecorded)
-    elif used.unavailable is not None and gave_up and unfailed:
+    elif used.unavailable is not None and (gave_up or used.down is not None) and unfailed:
         # The model could not be reached (a dead endpoint, an outage): the sample says nothing about
-        # the agent; run it again (in the apply's retries, and by the next apply).
+        # the agent; run it again (in the apply's retries, and by the next apply). A model the gateway
+        # found down was cut off from the agent whatever the agent then said of its end.
         error = f"the model's upstream failed ({used.upstream_errors} calls; last {used.unavailable})"
         failure = Failure(kind="infra", source="grant", message=error)
     elif used.failed is not None and unfailed:

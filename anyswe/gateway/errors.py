@@ -18,9 +18,13 @@ class UpstreamError(Exception):
         kind: str = "api_error",
         code: str | None = None,
         retry_after: float | None = None,
+        unreachable: bool = False,
     ) -> None:
         super().__init__(message)
         self.status, self.kind, self.code, self.retry_after = status, kind, code, retry_after
+        #: No connection to the upstream could be made at all (after the gateway's own retries): unlike a
+        #: rate limit or an overloaded server, nothing says the next call will fare better.
+        self.unreachable = unreachable
 
 
 class UpstreamRefused(Exception):

@@ -17,11 +17,18 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from anyswe.gateway.wire import Usage
 
 if TYPE_CHECKING:
+    from anyswe.gateway.errors import UpstreamError
     from anyswe.gateway.server import Upstream
     from anyswe.gateway.trajectory import Answered, Refused
     from anyswe.gateway.wire import Digest, Message
     from anyswe.model import PriceSpec
 
+#: Calls in a row with no connection to the upstream (each after the gateway's own retries, about
+#: 3.5 s of backoff) after which a task's model counts as down: its later calls are refused at once,
+#: and the attempt is infra, run again. An agent's own retries (OpenClaw, OpenCode and Cline back off
+#: for minutes) would only wait on a server that is not there. A rate limit or an overloaded server
+#: (429, 5xx) is not this: it passes on to the agent, whose retries may well get through.
+UNREACHABLE_CALLS = 2
 #: The request fields that cap a reply's tokens, per protocol (whichever the request sets).
 _OUTPUT_CAPS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
@@ -92,6 +99,10 @@ class Grant:
     upstream_errors: int = 0
     #: The last failure that says the model was unreachable (a connection, a 5xx, a 429), if any.
     unavailable: str | None = None
+    #: Calls in a row that could not connect to the upstream at all, and, once there were
+    #: :data:`UNREACHABLE_CALLS` of them, why the gateway answers this task's calls no more.
+    unreachable_streak: int = 0
+    down: str | None = None
     #: Why a call could not be recorded (the host's disk): the task's trajectory is incomplete.
     unrecorded: str | None = None
     active: bool = True
@@ -191,9 +202,23 @@ class Grant:
         self.pending_tokens -= held.tokens
         self.pending_bytes -= held.size
 
+    def failed_call(self, exc: UpstreamError) -> bool:
+        """Count a call the upstream failed (after the gateway's own retries); True when the upstream is
+        now taken to be down for this task: :data:`UNREACHABLE_CALLS` calls in a row found no server."""
+        self.upstream_errors += 1
+        if exc.status >= 500 or exc.status == 429:
+            self.unavailable = f"{exc.status}: {str(exc)[:300]}"
+        self.unreachable_streak = self.unreachable_streak + 1 if exc.unreachable else 0
+        if self.unreachable_streak >= UNREACHABLE_CALLS:
+            self.down = (
+                f"the model's upstream is unreachable ({self.unreachable_streak} calls in a row): {str(exc)[:300]}"
+            )
+        return self.down is not None
+
     def settle(self, held: Reservation, usage: Usage) -> None:
         """Replace a call's reservation with what it really used."""
         self.release(held)
+        self.unreachable_streak = 0
         self.calls += 1
         self.usage = self.usage + usage
         self.recorded += held.size

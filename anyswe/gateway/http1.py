@@ -38,6 +38,10 @@ class ConnectionFailed(OSError):
     """The request could not be sent, or no whole answer came back."""
 
 
+class CannotConnect(ConnectionFailed):
+    """No connection to the server at all (refused, no route, no such host): nothing was sent."""
+
+
 class Answer(NamedTuple):
     status: int
     body: bytes
@@ -244,7 +248,7 @@ class Client:
                 _Connection, origin.host, origin.port, ssl=tls, server_hostname=origin.host if tls else None
             )
         except OSError as exc:
-            raise ConnectionFailed(f"cannot connect to {origin.authority}: {type(exc).__name__}: {exc}") from None
+            raise CannotConnect(f"cannot connect to {origin.authority}: {type(exc).__name__}: {exc}") from None
         return conn, False
 
     def close(self) -> None:

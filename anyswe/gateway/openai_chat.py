@@ -125,7 +125,7 @@ async def post(
     """POST ``body``, trying a failure to connect, a 429 or a 5xx again with backoff; the reply
     ``read`` makes of the JSON answer, or an UpstreamError. A call that takes longer than
     :data:`TIMEOUT` is not tried again (another 10 minutes would not help): a 504 at once."""
-    from anyswe.gateway.http1 import ConnectionFailed, client
+    from anyswe.gateway.http1 import CannotConnect, ConnectionFailed, client
 
     data, sent = dumps(body), {**headers, **_JSON}
     last: UpstreamError | None = None
@@ -138,7 +138,9 @@ async def post(
         except TimeoutError:
             raise UpstreamError(504, f"upstream {model}: no answer from {url} within {TIMEOUT:g}s") from None
         except ConnectionFailed as exc:
-            last = UpstreamError(502, f"upstream {model}: cannot reach {url}: {exc}")
+            last = UpstreamError(
+                502, f"upstream {model}: cannot reach {url}: {exc}", unreachable=isinstance(exc, CannotConnect)
+            )
             continue
         if status == 200:
             try:

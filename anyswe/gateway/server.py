@@ -288,6 +288,8 @@ class Gateway:
         grant = self._grant_for(request, token)
         if grant is None:
             return self._error(protocol, 401, "invalid or expired task token", "authentication_error")
+        if grant.down is not None:
+            return self._error(protocol, 401, f"anyswe: {grant.down}", "authentication_error")
         raw = await self._read(request, protocol)
         if not isinstance(raw, bytes):
             return raw
@@ -323,9 +325,8 @@ class Gateway:
                 # As for a budget: a 401, which no client retries.
                 return self._error(protocol, 401, f"anyswe: {exc}", "authentication_error")
             if isinstance(exc, UpstreamError):
-                grant.upstream_errors += 1
-                if exc.status >= 500 or exc.status == 429:
-                    grant.unavailable = f"{exc.status}: {str(exc)[:300]}"
+                if grant.failed_call(exc):  # no server there: as for a budget, a 401 ends the agent
+                    return self._error(protocol, 401, f"anyswe: {grant.down}", "authentication_error")
                 return self._upstream_error(protocol, exc)
             raise
         latency = time.monotonic() - start

@@ -136,4 +136,21 @@ class HttpUpstream:
         if "ContextWindow" in type(exc).__name__:
             return UpstreamError(400, message, kind="invalid_request_error", code="context_length_exceeded")
         kind = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}.get(status, "api_error")
-        return UpstreamError(status, f"upstream {self.spec.model}: {message}", kind=kind)
+        return UpstreamError(
+            status, f"upstream {self.spec.model}: {message}", kind=kind, unreachable=_cannot_connect(exc)
+        )
+
+
+def _cannot_connect(exc: BaseException) -> bool:
+    """Whether litellm's error comes from no connection at all. It wraps one in an InternalServerError
+    or an APIConnectionError (and the latter also wraps its own failures), so its cause says, not its class."""
+    import httpx
+
+    link: BaseException | None = exc
+    for _ in range(10):
+        if link is None:
+            return False
+        if isinstance(link, httpx.ConnectError | ConnectionRefusedError):
+            return True
+        link = link.__cause__ or link.__context__
+    return False

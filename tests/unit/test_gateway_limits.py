@@ -176,6 +176,57 @@ async def test_a_failed_call_gives_its_reservation_back(gateway: Gateway) -> Non
     assert used.calls == 1 and used.upstream_errors == 1 and used.pending_calls == 0
 
 
+@pytest.mark.parametrize("api", ["openai-chat", "anthropic-messages"])  # direct, and through litellm
+async def test_an_upstream_with_no_server_is_cut_off_after_two_calls_but_an_overloaded_one_is_not(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch, api: Protocol
+) -> None:
+    """A dead endpoint (nothing listens): two calls, each after the gateway's own retries, then every
+    call is a 401, which no agent retries, and the grant says why. A 503 from a server that is there is
+    passed on each time: the agent's retries may get through."""
+    import socket
+
+    from anyswe.gateway import openai_chat, upstream
+    from anyswe.gateway.grants import UNREACHABLE_CALLS
+    from anyswe.model import ModelSpec
+
+    monkeypatch.setattr(openai_chat, "BACKOFF", 0.01)
+    monkeypatch.setattr(upstream, "RETRIES", 0)  # litellm's backoff: seconds per call
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # closed again: nothing listens there
+
+    async def statuses(token: str, n: int) -> list[int]:
+        out = []
+        async with aiohttp.ClientSession() as session:
+            for _ in range(n):
+                body = _body("openai-chat", False)
+                async with session.post(
+                    gateway.url() + ROUTES["openai-chat"], json=body, headers={"Authorization": f"Bearer {token}"}
+                ) as r:
+                    out.append(r.status)
+                    text = await r.text()
+        assert UNREACHABLE_CALLS == 2 and ("unreachable" in text) == (out[-1] == 401), text
+        return out
+
+    base = f"http://127.0.0.1:{dead}" + ("/v1" if api == "openai-chat" else "")
+    token = gateway.grant("t", "m", upstream.HttpUpstream(ModelSpec(api=api, base_url=base, model="m")))
+    first, *then = await statuses(token, 4)
+    assert first in (500, 502) and then == [401, 401, 401], (first, then)  # litellm says 500, the direct path 502
+    used = gateway.revoke(token)
+    assert used.upstream_errors == 2 and used.down is not None and "2 calls in a row" in used.down
+
+    class Overloaded:
+        def reply(self, conv: Conversation) -> Reply:
+            from anyswe.gateway.errors import UpstreamError
+
+            raise UpstreamError(503, "overloaded")
+
+    token = gateway.grant("t2", "m", Overloaded())
+    assert await statuses(token, 4) == [503] * 4
+    used = gateway.revoke(token)
+    assert used.upstream_errors == 4 and used.down is None and used.unavailable is not None
+
+
 async def test_an_agent_that_goes_away_mid_call_cancels_its_upstream_call(gateway: Gateway) -> None:
     """Its connection closed (an agent stopped at its deadline): the upstream call is cancelled, not left
     generating for nobody, and its reservation is given back."""

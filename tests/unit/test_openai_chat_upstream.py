@@ -125,7 +125,7 @@ def test_a_dead_endpoint_is_unavailable_after_its_attempts() -> None:
 
     with pytest.raises(UpstreamError) as caught:
         run(go)
-    assert caught.value.status == 502 and "cannot reach" in str(caught.value)
+    assert caught.value.status == 502 and "cannot reach" in str(caught.value) and caught.value.unreachable
 
 
 def test_vllm_token_fields_are_read() -> None:
