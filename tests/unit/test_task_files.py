@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from anyswe._files import read_task_file, remove_task_file, task_state_dir
+from anyswe._files import TaskDir, read_task_file, remove_task_file, task_state_dir
 from anyswe.agents.hermes import HermesAgent, HermesConfig
 from anyswe.sandbox.request import ExecResult
 
@@ -64,6 +64,31 @@ def test_a_large_file_is_capped_and_the_cut_is_noted(tmp_path: Path) -> None:
     assert head == "a" * 100 + "z" * 50 + "\n[anyswe: big.log: truncated at 150 bytes]\n"
     tail = read_task_file(tmp_path, "big.log", limit=150, tail=True)
     assert tail == "[anyswe: big.log: only the last 150 of 200 bytes]\n" + "a" * 50 + "z" * 100
+
+
+def test_a_directory_opened_once_reads_each_file_as_read_task_file_does(tmp_path: Path, secret: Path) -> None:
+    d = tmp_path / "tasks" / "k"
+    d.mkdir(parents=True)
+    (d / "a.log").write_text("a" * 100 + "z" * 100)
+    (d / "link").symlink_to(secret)
+    os.mkfifo(d / "pipe", 0o600)
+    (d / "sub").mkdir()
+    with TaskDir(tmp_path, "tasks/k") as task:
+        assert task.names() == {"a.log", "link", "pipe", "sub"}
+        for name in ("a.log", "link", "pipe", "sub", "missing"):
+            for kw in ({}, {"limit": 150}, {"limit": 150, "tail": True}):
+                assert task.read(name, **kw) == read_task_file(tmp_path, f"tasks/k/{name}", **kw), (name, kw)
+        assert task.read("link") == "[anyswe: tasks/k/link not copied: it is a symbolic link]\n"
+        with pytest.raises(ValueError, match="not a file name"):
+            task.read("../secret.txt")
+    # A linked directory on the way, or the directory itself: each file's note says so; none missing.
+    (tmp_path / "tasks" / "linked").symlink_to(d)
+    for rel in ("tasks/linked", "tasks/k/a.log"):
+        with TaskDir(tmp_path, rel) as task:
+            assert task.names() == set() and task.read("a.log") == read_task_file(tmp_path, f"{rel}/a.log")
+            assert "is not a directory (a link or a file)" in str(task.read("a.log"))
+    with TaskDir(tmp_path, "tasks/none") as task:
+        assert task.names() == set() and task.read("a.log") is None
 
 
 @pytest.mark.parametrize("rel", ["../x", "/etc/passwd", "a/../../x"])
