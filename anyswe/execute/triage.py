@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
     from anyswe.grading import Verdict
     from anyswe.plan import Plan
+    from anyswe.results.compare import Comparison
 
 TRIAGE_DIR = "triage"
 GRADES = "grades.jsonl"
@@ -127,9 +128,10 @@ def _sha(patch: str) -> str:
     return hashlib.sha256(patch.encode()).hexdigest()[:16]
 
 
-def find_flips(tasks: pl.DataFrame, by: str = "provider") -> list[Flip]:
+def find_flips(tasks: pl.DataFrame, by: str = "provider", *, comparisons: list[Comparison] | None = None) -> list[Flip]:
     """Every flipped pair between cells that differ only in ``by``, samples without a verdict (an
-    infra, grading or internal error) left out, samples masked only for RL kept."""
+    infra, grading or internal error) left out, samples masked only for RL kept. ``comparisons``:
+    ``compare_by(tasks, by)`` if the caller has it (its bootstrap is most of the cost at 10,000 tasks)."""
     import polars as pl
 
     from anyswe.results.compare import compare_by
@@ -137,7 +139,7 @@ def find_flips(tasks: pl.DataFrame, by: str = "provider") -> list[Flip]:
 
     flips: list[Flip] = []
     has_verdict = counted(tasks)
-    for comparison in compare_by(tasks, by):
+    for comparison in compare_by(tasks, by) if comparisons is None else comparisons:
         a = tasks.filter(pl.col("cell") == comparison.a, has_verdict)
         b = tasks.filter(pl.col("cell") == comparison.b, has_verdict)
         joined = a.join(b, on=["instance_id", "sample"], suffix="_b").filter(pl.col("resolved") != pl.col("resolved_b"))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from anyswe.errors import ResultsError
 from anyswe.results.compare import Comparison, compare_by
-from anyswe.results.report_tasks import INLINE_TASKS, SCRIPT, STYLE, flips_section, tasks_section
+from anyswe.results.report_tasks import INLINE_TASKS, SCRIPT, STYLE, TaskDetails, flips_section, tasks_section
 from anyswe.results.tables import cell_table, rates_differ, repo_table, task_frame
 
 if TYPE_CHECKING:
@@ -31,20 +31,6 @@ td.num{text-align:right;font-variant-numeric:tabular-nums} .ok{color:#1a7f37;fon
 .masked{color:#8a6d00} pre{white-space:pre-wrap;max-height:420px;overflow:auto;background:#f6f8fa;padding:8px;
 border:1px solid #dde1e6;font-size:12px} details summary{cursor:pointer} input#filter{padding:4px 8px;width:320px}
 .flip{font-family:monospace;font-size:12px} svg text{font:12px system-ui,'DejaVu Sans',sans-serif}
-"""
-
-_JS = """
-(function(){
-  var input=document.getElementById('filter');
-  var rows=document.querySelectorAll('tr.task');
-  function apply(){
-    var q=input.value.toLowerCase(), shown=0;
-    rows.forEach(function(r){var hit=r.dataset.search.indexOf(q)>=0; r.style.display=hit?'':'none'; if(hit)shown++;});
-    document.getElementById('shown').textContent=shown;
-  }
-  input.addEventListener('input',apply); apply();
-  document.body.dataset.ready='1';
-})();
 """
 
 
@@ -209,7 +195,8 @@ def render_report(run_dir: str | Path, *, chunks: Path | None = None, problems: 
     each trajectory line it could not read, file:line: why, added to ``problems``)."""
     run = Path(run_dir)
     tasks = task_frame(run)
-    return _page(run, tasks, chunks, problems)
+    with TaskDetails(run, tasks, chunks, None) as details:
+        return _page(run, tasks, details, problems)
 
 
 #: The cell table's columns, in order (the RL columns go after ``masked`` where the rates differ).
@@ -231,13 +218,8 @@ CELL_COLUMNS = (
 )
 
 
-def _page(
-    run: Path,
-    tasks: pl.DataFrame,
-    chunks: Path | None,
-    problems: list[str] | None = None,
-    page_dir: Path | None = None,
-) -> str:
+def _page(run: Path, tasks: pl.DataFrame, details: TaskDetails, problems: list[str] | None = None) -> str:
+    """The page: its tables and charts made while ``details``' workers (if any) read the tasks."""
     cells = cell_table(tasks).to_dicts()
     plan = json.loads((run / "plan.json").read_text()) if (run / "plan.json").is_file() else {}
     try:
@@ -275,12 +257,11 @@ sign-flip test on per-instance mean differences (samples of one instance are not
 <h2>Flips between backends</h2>
 <p>Each flipped pair's two tasks, and what <code>anyswe triage</code> found it to be (flaky, backend-systematic,
 agent variance) if it ran.</p>
-{flips_section(run, tasks)}
+{flips_section(run, tasks, comparisons)}
 <h2>Resolve rate per repo</h2>
 {_heatmap(repo_table(tasks).to_dicts())}
 <h2>Tasks</h2>
-{tasks_section(run, tasks, chunks, problems, page_dir)}
-<script>{_JS}</script>
+{tasks_section(details, problems)}
 <script>{SCRIPT}</script>
 </body></html>
 """
@@ -294,5 +275,6 @@ def write_report(run_dir: str | Path, out: str | Path, *, problems: list[str] | 
     path.parent.mkdir(parents=True, exist_ok=True)
     tasks = task_frame(run_dir)
     chunks = path.parent / f"{path.stem}_tasks" if tasks.height > INLINE_TASKS else None
-    path.write_text(_page(Path(run_dir), tasks, chunks, problems, path.parent))
+    with TaskDetails(Path(run_dir), tasks, chunks, path.parent) as details:
+        path.write_text(_page(Path(run_dir), tasks, details, problems))
     return path

@@ -1,5 +1,5 @@
-// anyswe report: draws a task's detail when it is first opened, and follows #task=KEY&step=N.
-// Run text is only ever set as textContent, never as HTML.
+// anyswe report: draws the task table from its rows (a page at a time), a task's detail when it is
+// first opened, and follows #task=KEY&step=N. Run text is only ever set as textContent, never as HTML.
 (function(){
   var data=JSON.parse(document.getElementById('task-data').textContent);
   // A large report keeps its tasks in script files beside the page, loaded as a task is opened
@@ -74,14 +74,49 @@
     });
   }
   function draw(details,then){render(details.dataset.key,details.querySelector('.detail'),then);}
-  document.querySelectorAll('details.task').forEach(function(d){d.addEventListener('toggle',function(){if(d.open)draw(d);});});
+  // The table: rows [key, instance, cell, sample, verdict, class, steps, seconds], drawn PAGE at a time
+  // (thousands of rows drawn up front were most of the page's first screen); the filter runs over all.
+  var rows=JSON.parse(document.getElementById('task-rows').textContent), PAGE=500;
+  var body=document.getElementById('task-body'), input=document.getElementById('filter'), more=document.getElementById('more');
+  var search=rows.map(function(r){return (r[1]+' '+r[2]+' '+r[4]).toLowerCase();}), at={}, made={}, matches=[], drawn=0;
+  rows.forEach(function(r,i){at[r[0]]=i;});
+  function label(r){return r[2]+' · '+r[1]+' #'+r[3]+' · '+r[4];}
+  function row(i){  // made once: a row filtered out and back keeps its opened detail
+    var r=rows[i]; if(made[i])return made[i];
+    var tr=el('tr','task'), td=el('td'), d=el('details','task'); tr.dataset.key=r[0]; tr.dataset.label=label(r); d.dataset.key=r[0];
+    d.appendChild(el('summary',null,r[1])); d.appendChild(el('div','detail')); td.appendChild(d); tr.appendChild(td);
+    d.addEventListener('toggle',function(){if(d.open)draw(d);});
+    tr.appendChild(el('td',null,r[2])); tr.appendChild(el('td','num',String(r[3]))); tr.appendChild(el('td',r[5],r[4]));
+    tr.appendChild(el('td','num',String(r[6]))); tr.appendChild(el('td','num',r[7]));
+    return made[i]=tr;
+  }
+  function drawTo(n){
+    var part=document.createDocumentFragment();
+    for(;drawn<Math.min(n,matches.length);drawn++)part.appendChild(row(matches[drawn]));
+    body.appendChild(part);
+    var left=matches.length-drawn; more.parentNode.style.display=left?'':'none';
+    more.textContent='show '+Math.min(left,PAGE)+' more ('+drawn+' of '+matches.length+' shown)';
+  }
+  function apply(){
+    var q=input.value.toLowerCase(); matches=[];
+    for(var i=0;i<rows.length;i++)if(search[i].indexOf(q)>=0)matches.push(i);
+    body.textContent=''; drawn=0; drawTo(PAGE);
+    document.getElementById('shown').textContent=matches.length;
+  }
+  input.addEventListener('input',apply); more.addEventListener('click',function(){drawTo(drawn+PAGE);}); apply();
+  // A task's row, drawn if it is not yet (the filter cleared if it hides the task); null: no such task.
+  function taskRow(key){
+    var i=at[key]; if(i==null)return null;
+    var n=matches.indexOf(i); if(n<0){input.value=''; apply(); n=matches.indexOf(i);}
+    drawTo(n+1); return row(i);
+  }
   // #pair=KEY_A,KEY_B: a flipped pair's two tasks side by side, above the flips table.
   function pair(keys){
     var panel=document.getElementById('pair'); if(!panel)return;
     panel.textContent=''; panel.style.display='';
     keys.forEach(function(key){
-      var row=document.querySelector('tr.task[data-key="'+CSS.escape(key)+'"]'), side=el('div','side');
-      side.appendChild(el('h3',null,row?row.dataset.label:key)); var box=el('div','detail'); side.appendChild(box);
+      var i=at[key], side=el('div','side');
+      side.appendChild(el('h3',null,i!=null?label(rows[i]):key)); var box=el('div','detail'); side.appendChild(box);
       panel.appendChild(side); render(key,box);
     });
     panel.scrollIntoView();
@@ -90,7 +125,8 @@
     var h=new URLSearchParams(location.hash.slice(1));
     if(h.get('pair')){pair(h.get('pair').split(',')); return;}
     var key=h.get('task'); if(!key)return;
-    var d=document.querySelector('details.task[data-key="'+CSS.escape(key)+'"]'); if(!d)return;
+    var tr=taskRow(key); if(!tr)return;
+    var d=tr.querySelector('details.task');
     d.open=true;
     draw(d,function(){
       var n=h.get('step'), s=n!=null?d.querySelector('details.step[data-step="'+CSS.escape(n)+'"]'):null;
@@ -98,4 +134,5 @@
     });
   }
   window.addEventListener('hashchange',follow); follow();
+  document.body.dataset.ready='1';
 })();

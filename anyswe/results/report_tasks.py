@@ -1,7 +1,8 @@
 """The report's tasks: one row per task, whose detail is drawn when it is opened.
 
-Each task's detail (its trajectory as steps, phase-timing bars, the patch highlighted, the
-FAIL_TO_PASS and PASS_TO_PASS results, the test output) is JSON in the page, and the page's script
+The rows are JSON the page's script draws, a page of them at a time; each task's detail (its
+trajectory as steps, phase-timing bars, the patch highlighted, the FAIL_TO_PASS and PASS_TO_PASS
+results, the test output; report_detail.py) is JSON in the page or its chunk files, and the script
 draws it the first time the task is opened: a report of 10,000 tasks opens as a table, not as
 10,000 drawn trajectories. ``#task=KEY&step=N`` in the address opens that task and step. Flipped
 pairs, with the triage's verdict when ``anyswe triage`` ran, link their two tasks side by side.
@@ -9,8 +10,8 @@ Text from the run is put in the page as JSON (the script sets it as text, never 
 texts are cut.
 
 A run directory is read as untrusted: its rows are validated strictly, a key must be a task key
-(results/schema.py), and a task's files are read only through ``_files.read_task_file`` (never
-through a symbolic link, regular files only), so a link in ``tasks/<key>/`` cannot put another file of
+(results/schema.py), and a task's files are read only through ``_files.TaskDir`` (report_detail.py:
+never through a symbolic link, regular files only), so a link in ``tasks/<key>/`` cannot put another file of
 the host into the page. In the page, JSON inside a script element has every ``<``, ``>`` and ``&``
 escaped, so no text (``<!--<script>``, ``</script>``) can change where the element ends.
 """
@@ -20,127 +21,87 @@ from __future__ import annotations
 import html
 import json
 import os
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from anyswe._files import read_task_file
-from anyswe.errors import ResultsError
-from anyswe.results.schema import PHASE_FIELDS
+from anyswe.results.report_detail import detail, page_json, write_chunk
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from concurrent.futures import Executor
+
     import polars as pl
 
-#: Characters kept of each text (a patch, a log, a message).
-MAX_TEXT = 20_000
+    from anyswe.results.compare import Comparison
+
 #: Past this many tasks the details go to script files beside the page (a folder with an index),
 #: loaded as a task is opened: 10,000 tasks inline made a page of about 110 MB to parse at once.
 INLINE_TASKS = 2000
 CHUNK = 500
 #: Unreadable trajectory lines listed above the task table (each task lists all of its own).
 MAX_PROBLEMS = 50
-#: The most read of a trajectory (its steps are drawn, each text cut); other files: _files.READ_LIMIT.
-TRAJECTORY_LIMIT = 256 * 1024 * 1024
 
 
-def _cut(text: str, limit: int = MAX_TEXT) -> str:
-    return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more characters)"
+class TaskDetails:
+    """Each task's detail, begun before the rest of the page is made: in this process up to
+    INLINE_TASKS (the page holds them), past it by worker processes, one chunk file each, while this
+    one makes the tables and charts. A context manager: leaving it stops the workers."""
+
+    def __init__(self, run: Path, tasks: pl.DataFrame, chunks: Path | None, page_dir: Path | None) -> None:
+        # The run directory named may be a link (the user's own): resolved once; nothing in it is followed.
+        self.run, self.chunks = run.resolve(), chunks
+        page = page_dir.resolve() if page_dir is not None else None
+        self.rows = tasks.sort(["instance_id", "cell", "sample"]).to_dicts()
+        self._pool: Executor | None = None
+        self._parts: Iterator[tuple[dict[str, int], list[str]]] | None = None
+        self._inline: dict[str, Any] = {}
+        if chunks is None:
+            self._inline = {str(r["key"]): detail(self.run, r, page) for r in self.rows}
+            return
+        chunks.mkdir(parents=True, exist_ok=True)
+        jobs = [
+            (self.run, page, self.rows[n : n + CHUNK], chunks / f"tasks-{n // CHUNK}.js")
+            for n in range(0, len(self.rows), CHUNK)
+        ]
+        self._pool = _pool(len(jobs))
+        self._parts = self._pool.map(write_chunk, jobs) if self._pool else map(write_chunk, jobs)
+
+    def __enter__(self) -> TaskDetails:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+    def finish(self) -> tuple[dict[str, int], list[str], str]:
+        """Each task's step count, the trajectory lines not read (in the tasks' order), and the page's
+        element(s) with the details: the details themselves, or which chunk file holds each task."""
+        if self._parts is None or self.chunks is None:
+            steps = {k: len(d["steps"]) for k, d in self._inline.items()}
+            lost = [p for d in self._inline.values() for p in d["problems"]]
+            return steps, lost, f'<script type="application/json" id="task-data">{page_json(self._inline)}</script>'
+        steps, lost, index = {}, [], {}
+        for n, (part, problems) in enumerate(self._parts):
+            steps |= part
+            lost += problems
+            index.update(dict.fromkeys(part, n))
+        where = page_json({"dir": self.chunks.name, "of": index})
+        empty = '<script type="application/json" id="task-data">{}</script>'
+        return steps, lost, f'{empty}<script type="application/json" id="task-chunks">{where}</script>'
 
 
-def _file(run: Path, rel: str, **kw: Any) -> str | None:
-    """The text of ``run/rel`` as :func:`~anyswe._files.read_task_file` reads it (no link followed at
-    any step; a refusal is a one-line note); None when it is not there or ``rel`` leads out of ``run``."""
-    try:
-        return read_task_file(run, rel, **kw)
-    except ValueError:  # absolute, or through ".."
+def _pool(jobs: int) -> Executor | None:
+    """Worker processes for ``jobs`` chunks, one per core this process may use (None: one would do). Not
+    forked: polars' threads are running in this process, and a fork copies its locks held."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = min(jobs, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    if workers <= 1:
         return None
-
-
-def _read(run: Path, rel: str) -> str:
-    return _cut(_file(run, rel) or "")
-
-
-def _steps(run: Path, key: str, row: dict[str, Any], problems: list[str]) -> list[dict[str, Any]]:
-    """The task's trajectory as the page draws it (read through the one reader); each line it cannot
-    read (file:line: why) goes to ``problems``."""
-    from anyswe.agents import transcript_readers
-    from anyswe.gateway.trajectory import read_trajectory
-
-    rel = str(row.get("trajectory_path") or f"tasks/{key}/trajectory.jsonl")
-    text = _file(run, rel, limit=TRAJECTORY_LIMIT, errors="surrogateescape")  # a bad byte: its line's problem
-    if text is None:
-        return []
-    beside = PurePosixPath(rel).parent
-    # Only the transcripts the task has (one listing, not an attempt per agent type that keeps one); each is
-    # still read without following a link.
-    try:
-        present = set(os.listdir(run / beside))
-    except OSError:
-        present = set()
-    names = [n for n in transcript_readers() if n in present]
-    transcripts = {n: t for n in names if (t := _file(run, str(beside / n))) is not None}
-    steps = read_trajectory(run / rel, transcripts, problems=problems, text=text)
-
-    def msg(m: Any) -> list[Any]:
-        return [m.role, _cut(m.text, 4000), [[c.name, json.dumps(c.arguments)[:2000]] for c in m.tool_calls]]
-
-    out = []
-    for s in steps:
-        reply = s.reply
-        out.append(
-            {
-                "refused": None if s.refused is None else str(s.refused),
-                "in": s.usage.input_tokens,
-                "out": s.usage.output_tokens,
-                "s": s.latency_s,
-                "cost": s.cost_usd,
-                "messages": [msg(m) for m in s.messages],
-                "text": "" if reply is None else _cut(reply.text, 4000),
-                "reasoning": "" if reply is None else _cut(reply.reasoning or "", 4000),
-                "calls": [] if reply is None else [[c.name, json.dumps(c.arguments)[:2000]] for c in reply.tool_calls],
-                "stop": None if reply is None else reply.stop,
-                "results": [[_cut(m.text, 4000), bool(m.is_error)] for m in s.tool_results],
-            }
-        )
-    return out
-
-
-def _tests(run: Path, key: str) -> dict[str, Any]:
-    try:
-        data = json.loads(_file(run, f"tasks/{key}/report.json") or "{}")
-    except json.JSONDecodeError:  # a refusal's note, too
-        return {}
-    entry: dict[str, Any] = next(iter(data.values()), {}) if isinstance(data, dict) else {}
-    return entry.get("tests_status") or {}
-
-
-def detail(run: Path, row: dict[str, Any], page_dir: Path | None = None) -> dict[str, Any]:
-    """What the page draws when a task is opened (``row``: a validated TaskResult's, its key a task key;
-    ``problems``: what of its trajectory could not be read; ``atif``: a link to its ATIF export, from
-    the page's directory ``page_dir``, once ``anyswe export atif`` wrote one)."""
-    run, key = run.resolve(), str(row["key"])  # the run directory named may be a link; nothing in it is followed
-    problems: list[str] = []
-    atif = run / "atif" / f"{key}.json"
-    return {
-        "atif": _href(atif, page_dir) if atif.is_file() else "",
-        "meta": f"applied by: {row.get('applied_by') or 'not applied'}; exit: {row.get('exit_reason')}; "
-        f"error: {row.get('error') or 'none'}; flags: {', '.join(row.get('flags') or []) or 'none'}",
-        "phases": [[p.removeprefix("time_"), row.get(p) or 0.0] for p in PHASE_FIELDS],
-        "patch": _read(run, f"tasks/{key}/patch.diff"),
-        "tests": _tests(run, key),
-        "output": _read(run, f"tasks/{key}/test_output.txt"),
-        "steps": _steps(run, key, row, problems),
-        "problems": problems,
-    }
-
-
-def _href(target: Path, page_dir: Path | None) -> str:
-    """A link to a local file: relative to the page where it is known (the pair can move together)."""
-    import os
-    from urllib.parse import quote
-
-    if page_dir is None:
-        return target.as_uri()
-    return quote(os.path.relpath(target, page_dir.resolve()))
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["anyswe.results.report_detail"])  # each worker starts with it imported
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
 
 
 def _verdict(r: dict[str, Any]) -> tuple[str, str]:
@@ -157,55 +118,29 @@ def _verdict(r: dict[str, Any]) -> tuple[str, str]:
     return verdict, cls
 
 
-def _data(details: dict[str, Any], chunks: Path | None) -> str:
-    """The details in the page, or in ``chunks/tasks-N.js`` files and an index of which holds which."""
-    if chunks is None:
-        return f'<script type="application/json" id="task-data">{_json(details)}</script>'
-    chunks.mkdir(parents=True, exist_ok=True)
-    keys, index = list(details), {}
-    for n in range(0, len(keys), CHUNK):
-        part = {k: details[k] for k in keys[n : n + CHUNK]}
-        (chunks / f"tasks-{n // CHUNK}.js").write_text(f"anysweTasks({_json(part)});\n")
-        index.update(dict.fromkeys(part, n // CHUNK))
-    where = _json({"dir": chunks.name, "of": index})
-    empty = '<script type="application/json" id="task-data">{}</script>'
-    return f'{empty}<script type="application/json" id="task-chunks">{where}</script>'
+def tasks_section(details: TaskDetails, problems: list[str] | None = None) -> str:
+    """The task table, and each task's detail as JSON: in the page, or in chunk files. Above the table,
+    each trajectory line that could not be read (file:line: why; also added to ``problems``).
 
-
-def _json(value: Any) -> str:
-    """``value`` as JSON that is safe inside a script element: the HTML parser ends one at ``</script``
-    and, after ``<!--``, treats ``<script`` as opening a nested one (then the page's own ``</script>``
-    no longer ends it and no script of the page runs). JSON has ``<``, ``>`` and ``&`` only inside
-    strings, where their escapes mean the same."""
-    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def tasks_section(
-    run: Path,
-    tasks: pl.DataFrame,
-    chunks: Path | None = None,
-    problems: list[str] | None = None,
-    page_dir: Path | None = None,
-) -> str:
-    """The task table, and each task's detail as JSON: in the page, or in files in ``chunks``. Above the
-    table, each trajectory line that could not be read (file:line: why; also added to ``problems``)."""
-    rows, details = [], {}
-    lost: list[str] = []
-    for r in tasks.sort(["instance_id", "cell", "sample"]).to_dicts():
+    The table's rows are compact JSON the page's script draws (report_tasks.js: a page of them at
+    once, the rest as asked or as the filter finds them): 10,000 rows drawn as HTML made Chromium
+    parse and lay out a 6 MB page before the first screen."""
+    steps, lost, data = details.finish()
+    rows = []
+    for r in details.rows:
         verdict, cls = _verdict(r)
         key = str(r["key"])
-        details[key] = detail(run, r, page_dir)
-        lost += details[key]["problems"]
-        search = html.escape(f"{r['instance_id']} {r['cell']} {verdict}".lower(), quote=True)
-        label = html.escape(f"{r['cell']} · {r['instance_id']} #{r['sample']} · {verdict}", quote=True)
         rows.append(
-            f'<tr class="task" data-key="{html.escape(key, quote=True)}" data-search="{search}" '
-            f'data-label="{label}">'
-            f'<td><details class="task" data-key="{html.escape(key, quote=True)}"><summary>'
-            f"{html.escape(r['instance_id'])}</summary><div class=detail></div></details></td>"
-            f"<td>{html.escape(r['cell'])}</td><td class=num>{r['sample']}</td>"
-            f"<td class={cls}>{html.escape(verdict)}</td>"
-            f"<td class=num>{len(details[key]['steps'])}</td><td class=num>{(r.get('time_total') or 0):.1f}</td></tr>"
+            [
+                key,
+                r["instance_id"],
+                r["cell"],
+                r["sample"],
+                verdict,
+                cls,
+                steps[key],
+                f"{(r.get('time_total') or 0):.1f}",
+            ]
         )
     if problems is not None:
         problems += lost
@@ -221,18 +156,20 @@ def tasks_section(
         '<p><input id="filter" type="search" placeholder="filter by instance, cell or verdict"> '
         f'<span id="shown">{len(rows)}</span> of {len(rows)} tasks</p>'
         "<table><thead><tr><th>instance</th><th>cell</th><th>sample</th><th>verdict</th><th>steps</th>"
-        f"<th>seconds</th></tr></thead><tbody>{''.join(rows)}</tbody></table>" + _data(details, chunks)
+        '<th>seconds</th></tr></thead><tbody id="task-body"></tbody></table>'
+        '<p id="more-tasks" style="display:none"><button type="button" id="more"></button></p>'
+        f'<script type="application/json" id="task-rows">{page_json(rows)}</script>{data}'
     )
 
 
-def flips_section(run: Path, tasks: pl.DataFrame) -> str:
-    """Each flipped pair's two tasks side by side, with the triage's verdict if there is one."""
+def flips_section(run: Path, tasks: pl.DataFrame, comparisons: list[Comparison]) -> str:
+    """Each flipped pair's two tasks side by side, with the triage's verdict if there is one
+    (``comparisons``: the page's, by provider; none: nothing to compare)."""
     from anyswe.execute.triage import TABLE, TRIAGE_DIR, find_flips
 
-    try:
-        flips = find_flips(tasks)
-    except ResultsError:
+    if not comparisons:
         return ""
+    flips = find_flips(tasks, comparisons=comparisons)
     if not flips:
         return "<p>No flips.</p>"
     table = run / TRIAGE_DIR / TABLE
