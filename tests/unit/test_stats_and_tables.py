@@ -208,6 +208,35 @@ def test_clustered_interval_covers_a_known_difference_and_the_naive_one_does_not
     assert naive / replicates < 0.85, naive / replicates  # pairs as if independent: too narrow
 
 
+def test_the_cluster_bootstrap_gives_what_its_plain_gather_gave() -> None:
+    """Its integer and equal-count shortcuts draw the same indices and give the same figures, to the bit."""
+    import numpy as np
+
+    from anyswe.results.stats import cluster_bootstrap
+
+    def plain(s: np.ndarray, n: np.ndarray, resamples: int, seed: int) -> tuple[float, float, float]:
+        rng, deltas = np.random.default_rng(seed), np.empty(resamples)
+        for start in range(0, resamples, 300):
+            k = min(300, resamples - start)
+            idx = rng.integers(0, len(s), size=(k, len(s)), dtype=np.int32)
+            deltas[start : start + k] = s[idx].sum(axis=1) / np.maximum(n[idx].sum(axis=1), 1.0)
+        alpha = (1 - 0.95) / 2
+        low, high = np.quantile(deltas, [alpha, 1 - alpha])
+        return float(s.sum() / n.sum()), float(low), float(high)
+
+    rng = np.random.default_rng(3)
+    counts = rng.integers(1, 5, 400)
+    cases = [
+        (rng.integers(-1, 2, 500), np.ones(500)),  # one sample per instance
+        (rng.integers(-4, 5, 400), counts),  # several, unequal
+        (rng.integers(-300, 301, 50), np.full(50, 300)),  # sums past int8
+        (rng.normal(0, 1, 80), np.ones(80)),  # not integers: the plain path
+    ]
+    for s, n in cases:
+        s, n = s.astype(float), n.astype(float)
+        assert cluster_bootstrap(s, n, resamples=1000, seed=5, chunk=300) == plain(s, n, 1000, 5)
+
+
 def test_sign_flip_test_holds_its_level_where_mcnemar_over_samples_does_not() -> None:
     import numpy as np
 
