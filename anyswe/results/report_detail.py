@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import sys
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -146,3 +148,14 @@ def write_chunk(job: tuple[Path, Path | None, list[dict[str, Any]], Path]) -> tu
     details = {str(r["key"]): detail(run, r, page_dir) for r in rows}
     out.write_text(f"anysweTasks({page_json(details)});\n")
     return {k: len(d["steps"]) for k, d in details.items()}, [p for d in details.values() for p in d["problems"]]
+
+
+def main() -> None:
+    """A worker process (``python -m anyswe.results.report_detail``): chunk jobs pickled on stdin (from
+    the report's own process), each written, their results pickled on stdout in the jobs' order."""
+    jobs = pickle.load(sys.stdin.buffer)
+    pickle.dump([write_chunk(job) for job in jobs], sys.stdout.buffer)
+
+
+if __name__ == "__main__":
+    main()

@@ -18,18 +18,18 @@ escaped, so no text (``<!--<script>``, ``</script>``) can change where the eleme
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
+import pickle
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anyswe.results.report_detail import detail, page_json, write_chunk
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from concurrent.futures import Executor
-
     import polars as pl
 
     from anyswe.results.compare import Comparison
@@ -52,8 +52,7 @@ class TaskDetails:
         self.run, self.chunks = run.resolve(), chunks
         page = page_dir.resolve() if page_dir is not None else None
         self.rows = tasks.sort(["instance_id", "cell", "sample"]).to_dicts()
-        self._pool: Executor | None = None
-        self._parts: Iterator[tuple[dict[str, int], list[str]]] | None = None
+        self._workers: _Workers | None = None
         self._inline: dict[str, Any] = {}
         if chunks is None:
             self._inline = {str(r["key"]): detail(self.run, r, page) for r in self.rows}
@@ -63,25 +62,24 @@ class TaskDetails:
             (self.run, page, self.rows[n : n + CHUNK], chunks / f"tasks-{n // CHUNK}.js")
             for n in range(0, len(self.rows), CHUNK)
         ]
-        self._pool = _pool(len(jobs))
-        self._parts = self._pool.map(write_chunk, jobs) if self._pool else map(write_chunk, jobs)
+        self._workers = _Workers(jobs)
 
     def __enter__(self) -> TaskDetails:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+        if self._workers is not None:
+            self._workers.stop()
 
     def finish(self) -> tuple[dict[str, int], list[str], str]:
         """Each task's step count, the trajectory lines not read (in the tasks' order), and the page's
         element(s) with the details: the details themselves, or which chunk file holds each task."""
-        if self._parts is None or self.chunks is None:
+        if self._workers is None or self.chunks is None:
             steps = {k: len(d["steps"]) for k, d in self._inline.items()}
             lost = [p for d in self._inline.values() for p in d["problems"]]
             return steps, lost, f'<script type="application/json" id="task-data">{page_json(self._inline)}</script>'
         steps, lost, index = {}, [], {}
-        for n, (part, problems) in enumerate(self._parts):
+        for n, (part, problems) in enumerate(self._workers.results()):
             steps |= part
             lost += problems
             index.update(dict.fromkeys(part, n))
@@ -90,18 +88,58 @@ class TaskDetails:
         return steps, lost, f'{empty}<script type="application/json" id="task-chunks">{where}</script>'
 
 
-def _pool(jobs: int) -> Executor | None:
-    """Worker processes for ``jobs`` chunks, one per core this process may use (None: one would do). Not
-    forked: polars' threads are running in this process, and a fork copies its locks held."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+Job = tuple[Path, Path | None, list[dict[str, Any]], Path]
 
-    workers = min(jobs, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-    if workers <= 1:
-        return None
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["anyswe.results.report_detail"])  # each worker starts with it imported
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+
+class _Workers:
+    """Chunk jobs shared among worker processes, one per core this process may use (none with one).
+
+    Each is ``python -m anyswe.results.report_detail``, its jobs pickled to it: not forked (polars'
+    threads run in this process, and a fork copies their locks held), and not through
+    multiprocessing, whose children import the caller's main script again (a script calling
+    write_report without a ``__main__`` guard would run again in each). Jobs go round-robin (chunks
+    are of one size); a worker that fails has its jobs done here instead: the files are the same."""
+
+    def __init__(self, jobs: list[Job]) -> None:
+        import subprocess
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        self.jobs, n = jobs, min(len(jobs), cores)
+        self.groups = [jobs[w::n] for w in range(n)] if n > 1 else [jobs]
+        self.procs: list[subprocess.Popen[bytes] | None] = [None] * len(self.groups)
+        if n <= 1:
+            return
+        env = dict(os.environ)  # this process's anyswe, wherever it was imported from
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parents[2]), env.get("PYTHONPATH")]))
+        cmd = [sys.executable, "-m", "anyswe.results.report_detail"]
+        with contextlib.suppress(OSError):  # none started: the jobs are done here
+            self.procs = [
+                subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env) for _ in self.groups
+            ]
+        for proc, group in zip(self.procs, self.groups, strict=True):
+            if proc is not None and proc.stdin is not None:
+                with contextlib.suppress(OSError), proc.stdin:  # a worker gone: its jobs are done here
+                    proc.stdin.write(pickle.dumps(group))
+
+    def results(self) -> list[tuple[dict[str, int], list[str]]]:
+        """Each job's result, in the jobs' order."""
+        out: list[list[tuple[dict[str, int], list[str]]]] = []
+        for proc, group in zip(self.procs, self.groups, strict=True):
+            done = None
+            if proc is not None and proc.stdout is not None:
+                with contextlib.suppress(Exception), proc.stdout:
+                    done = pickle.loads(proc.stdout.read())  # our own child's answer
+                if proc.wait() != 0:
+                    done = None
+            out.append(done if done is not None else [write_chunk(job) for job in group])
+        n = len(self.groups)
+        return [out[i % n][i // n] for i in range(len(self.jobs))]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def _verdict(r: dict[str, Any]) -> tuple[str, str]:
