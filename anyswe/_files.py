@@ -142,15 +142,8 @@ def read_task_file(
     Several files of one directory: :class:`TaskDir` opens it once.
     """
     parts = _parts(rel)
-    try:
-        with _parent_fd(root, parts) as dfd:
-            return _read_at(dfd, parts[-1], rel, limit, tail, errors)
-    except FileNotFoundError:
-        return None
-    except Refused as exc:
-        return f"[anyswe: {rel} not copied: {exc}]\n"
-    except OSError as exc:
-        return f"[anyswe: {rel} not copied: {exc.strerror or exc}]\n"
+    with TaskDir(root, "/".join(parts[:-1])) as directory:
+        return directory.read(parts[-1], limit=limit, tail=tail, errors=errors)
 
 
 class TaskDir:

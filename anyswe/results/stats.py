@@ -83,8 +83,9 @@ def cluster_bootstrap(
     # are) gathered from the smallest integer type that holds them, and with one count for every
     # instance (one sample each, the usual case) no gather of counts at all. At 10,000 tasks the
     # gathers were most of the report's comparison.
-    whole = bool(np.all(s == np.trunc(s))) and float(np.abs(s).max()) < 2**31
-    small = s.astype(np.int8 if float(np.abs(s).max()) < 128 else np.int32) if whole else s
+    top = float(np.abs(s).max())
+    whole = bool(np.all(s == np.trunc(s))) and top < 2**31
+    small = s.astype(np.int8 if top < 128 else np.int32) if whole else s
     same = float(n[0]) * m if bool(np.all(n == n[0])) else None
     deltas = np.empty(resamples)
     for start in range(0, resamples, chunk):
