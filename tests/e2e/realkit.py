@@ -11,6 +11,7 @@ run. (The C instances' evals rebuild their projects: redis's takes 94 s of one c
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -60,15 +61,41 @@ def run_by_hand(
     assert image_id.startswith("sha256:"), f"{image}: no such image"
     key = hashlib.sha256("\0".join((image_id, patch, text)).encode()).hexdigest()
     kept = cache_dir() / "test-references" / f"{key}.json"
-    if kept.is_file():
-        data = json.loads(kept.read_text())
-        return ByHandRun(**{f.name: data[f.name] for f in dataclasses.fields(ByHandRun)})
-    run = _run_by_hand(image, patch, text)
     kept.parent.mkdir(parents=True, exist_ok=True)
-    partial = kept.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps(run.__dict__))
-    partial.replace(kept)  # whole or absent: a killed run leaves no half a reference
-    return run
+    # One maker per reference across pytest-xdist's workers: two files on one image (the Multilingual
+    # tier's images and census) would otherwise both run the same eval by hand at once.
+    with kept.with_suffix(".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if kept.is_file():
+            data = json.loads(kept.read_text())
+            return ByHandRun(**{f.name: data[f.name] for f in dataclasses.fields(ByHandRun)})
+        run = _run_by_hand(image, patch, text)
+        if script is sb.eval_script and not _whole(instance, run):
+            # Seen once here: fmt-3248's empty run ended mid-binary (after format_test.prettify_float)
+            # while every anyswe grading of it ran all 115 tests; the cause was not found. A reference
+            # cut off so would fail every later run on the image if kept, so it is run once more, and
+            # kept only when whole. (The reference side only: anyswe's gradings are never re-run.)
+            run = _run_by_hand(image, patch, text)
+            if not _whole(instance, run):
+                return run  # compared as it is, and not kept
+        partial = kept.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(run.__dict__))
+        partial.replace(kept)  # whole or absent: a killed run leaves no half a reference
+        return run
+
+
+def _whole(instance: Instance, run: ByHandRun) -> bool:
+    """The eval ran to its end marker, and swebench's log parser found every PASS_TO_PASS test in the
+    marked span (passing or not: a few fail on gold here, test_real_images's GOLD_FAILS). Those tests
+    run before the fix and after it, so one missing from either run means the run was cut short."""
+    from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
+
+    if sb.START_TEST_OUTPUT not in run.output or sb.END_TEST_OUTPUT not in run.output:
+        return False
+    span = run.output.split(sb.START_TEST_OUTPUT)[1].split(sb.END_TEST_OUTPUT)[0]
+    # swebench's own parser and test spec (the private helper: the reference side reads swebench raw).
+    seen = MAP_REPO_TO_PARSER[instance.repo](span, sb._test_spec(instance))
+    return set(instance.PASS_TO_PASS) <= set(seen)
 
 
 def _run_by_hand(image: str, patch: str, text: str) -> ByHandRun:
