@@ -9,6 +9,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+# A plugin of two test modules (pytest_plugins): its asserts rewritten as theirs are, though they import
+# it before pytest loads it as a plugin.
+pytest.register_assert_rewrite("mlkit")
+
 
 @pytest.fixture(scope="session")
 def runtimes(docker_image: str, sif_image: str) -> None:

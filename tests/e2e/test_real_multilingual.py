@@ -1,5 +1,7 @@
 """Real SWE-bench Multilingual C, C++ and JavaScript instance images, built here offline, graded by hand
-with swebench's own tools and by anyswe on docker and apptainer (its gold census and ``anyswe apply``).
+with swebench's own tools, and an agent on them through ``anyswe apply`` on docker and apptainer.
+anyswe's gold census of the same images is tests/e2e/test_real_multilingual_census.py (what the two
+share: tests/e2e/mlkit.py).
 
 The images come from ``anyswe prepare images specs/multilingual.yaml --build --repo-mirror
 ../shared/swebench/repos`` (swebench 4.1.0's C and js_2 chains on Debian 12:
@@ -12,92 +14,23 @@ rebuilds a C project: ``make``, ``cmake --build``; runs mocha, or karma in chrom
 from __future__ import annotations
 
 import asyncio
-import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from realkit import (
-    ByHandRun,
-    apply_spec,
-    assert_census,
-    census_cli,
-    census_empty,
-    census_gold_rows,
-    docker,
-    run_by_hand,
-)
+from mlkit import IDS, JS_IDS, PROVIDERS
+from realkit import apply_spec, docker
 
 from anyswe.datasets.instance import Instance
 from anyswe.grading import diffs
 from anyswe.grading import swebench as sb
 from anyswe.results.schema import TaskResult
 
-# A session fixture's setup counts to its first test's timeout: the census grades every instance twice
-# per runtime (redis's eval rebuilds it: 89 s idle), far past the default 900 s on busy CPUs.
+# The shared fixtures (ml_instances, ml_images, ml_by_hand, ml_verdicts) as a plugin of this module.
+pytest_plugins = ["mlkit"]
+# A session fixture's setup counts to its first test's timeout: on a cold machine the images are built
+# (and swebench's evals run by hand: redis's rebuilds it, 94 s of one core) before the first test.
 pytestmark = [pytest.mark.containers, pytest.mark.real_images, pytest.mark.timeout(3600)]
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SPEC = REPO_ROOT / "specs" / "multilingual.yaml"
-C_IDS = ("jqlang__jq-2839", "fmtlib__fmt-3248", "redis__redis-12472")
-JS_IDS = ("axios__axios-6539", "preactjs__preact-4152")
-IDS = C_IDS + JS_IDS
-PROVIDERS = ("docker", "apptainer")
-
-
-@pytest.fixture(scope="session")
-def ml_instances(shared_swebench: Path) -> dict[str, Instance]:
-    from anyswe.plan import make_plan
-    from anyswe.spec import load_spec
-
-    plan = make_plan(load_spec(SPEC))
-    found = {i.instance_id: i for i in plan.instances}
-    assert sorted(found) == sorted(IDS)
-    return found
-
-
-@pytest.fixture(scope="session")
-def ml_images(ml_instances: dict[str, Instance], repo_mirror: Path, docker_image: str) -> dict[str, str]:
-    """instance_id -> its docker image, by the code path of `prepare images --build` (docker only)."""
-    from anyswe.plan import make_plan
-    from anyswe.prepare.images import prepare_images_async
-    from anyswe.spec import load_spec
-
-    plan = make_plan(load_spec(SPEC, ["matrix.providers=[docker]"]))
-    report = asyncio.run(prepare_images_async(plan, jobs=1, build=True, repo_mirror=repo_mirror, progress=False))
-    assert not report.failed, "\n".join(f"{j.ref}: {j.error}" for j in report.failed)
-    return {i: sb.official_image(i) for i in ml_instances}
-
-
-@pytest.fixture(scope="session")
-def ml_by_hand(ml_images: dict[str, str], ml_instances: dict[str, Instance]) -> dict[str, dict[str, ByHandRun]]:
-    """instance_id -> {"gold": run, "empty": run}: swebench's procedure with plain docker."""
-    work = [(i, kind) for i in ml_images for kind in ("gold", "empty")]
-
-    def one(item: tuple[str, str]) -> ByHandRun:
-        i, kind = item
-        return run_by_hand(ml_images[i], ml_instances[i], ml_instances[i].patch if kind == "gold" else "")
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = list(pool.map(one, work))
-    out: dict[str, dict[str, ByHandRun]] = {}
-    for (i, kind), run in zip(work, runs, strict=True):
-        out.setdefault(i, {})[kind] = run
-    return out
-
-
-@pytest.fixture(scope="session")
-def ml_verdicts(
-    ml_by_hand: dict[str, dict[str, ByHandRun]], ml_instances: dict[str, Instance]
-) -> dict[str, dict[str, dict[str, Any]]]:
-    """instance_id -> {"gold"|"empty": {"resolved", "tests_status"}} by swebench's ``get_eval_report``."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for i, runs in ml_by_hand.items():
-        for kind, run in runs.items():
-            report = sb.eval_report(ml_instances[i], run.output, model_patch=run.patch)
-            out.setdefault(i, {})[kind] = {"resolved": report["resolved"], "tests_status": report["tests_status"]}
-    return out
 
 
 # -- the images --------------------------------------------------------------------------------------
@@ -179,57 +112,6 @@ def test_gold_resolves_by_hand_and_an_empty_patch_does_not(
     assert ml_verdicts[instance_id]["gold"]["resolved"] is True, ml_verdicts[instance_id]["gold"]["tests_status"]
     empty = ml_verdicts[instance_id]["empty"]
     assert empty["resolved"] is False and empty["tests_status"]["FAIL_TO_PASS"]["failure"]
-
-
-# -- anyswe's own verdicts: the gold census (gold and empty passes), and `anyswe apply` --------------
-
-
-@pytest.fixture(scope="session")
-def ml_census(ml_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """``anyswe gold-check`` over the spec, one pass per provider: its directory and what it printed."""
-    root = tmp_path_factory.mktemp("multilingual-census")
-    r = census_cli(SPEC, root)
-    return root / "census", r
-
-
-@pytest.fixture(scope="session")
-def ml_noop(
-    ml_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-) -> dict[tuple[str, str, str], TaskResult]:
-    run_dir = tmp_path_factory.mktemp("multilingual-noop") / "run"
-    return apply_spec(SPEC, run_dir, "matrix.agents=[noop]")
-
-
-@pytest.mark.parametrize("provider", PROVIDERS)
-@pytest.mark.parametrize("instance_id", IDS)
-def test_anyswe_gold_and_empty_equal_swebench_by_hand(
-    instance_id: str,
-    provider: str,
-    ml_census: tuple[Path, str],
-    ml_noop: dict[tuple[str, str, str], TaskResult],
-    ml_verdicts: dict[str, Any],
-    ml_instances: dict[str, Instance],
-) -> None:
-    census, _ = ml_census
-    gold = census_gold_rows(census)[instance_id, provider]
-    assert gold.error_kind is None and not gold.mask_sample, gold.error
-    assert gold.resolved is ml_verdicts[instance_id]["gold"]["resolved"]
-    report = json.loads((census / "tasks" / gold.key / "report.json").read_text())[instance_id]
-    assert report["tests_status"] == ml_verdicts[instance_id]["gold"]["tests_status"]
-    # Captured against the base commit: the gold patch's files, no build output.
-    assert diffs.touched_files(gold.model_patch) == diffs.touched_files(ml_instances[instance_id].patch)
-    # The census's empty pass ran the tests on the image as built, as the by-hand empty run did.
-    empty = census_empty(census)[instance_id, provider]
-    assert empty["tests_status"] == ml_verdicts[instance_id]["empty"]["tests_status"]
-    assert empty["verdict"] == "unresolved"
-    # An agent's empty patch is unresolved without running anything, as swebench scores it.
-    noop = ml_noop["noop", provider, instance_id]
-    assert noop.error_kind is None and noop.model_patch == "" and noop.resolved is False, noop.error
-
-
-def test_the_census_puts_every_instance_in_a_bucket_with_its_evidence(ml_census: tuple[Path, str]) -> None:
-    census, printed = ml_census
-    assert_census(census, IDS, PROVIDERS, printed)
 
 
 # -- an agent ----------------------------------------------------------------------------------------
