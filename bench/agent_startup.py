@@ -22,29 +22,17 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench._common import run_spec, workdir  # noqa: E402
-
-AGENTS = {
-    "mini": {"type": "mini-swe-agent", "step_limit": 40},
-    "claude": {"type": "claude-code", "max_turns": 40},
-    "codex": {"type": "codex", "max_turns": 40},
-    "hermes": {"type": "hermes", "max_turns": 40},
-    "opencode": {"type": "opencode", "max_turns": 40},
-    "openclaw": {"type": "openclaw", "max_turns": 40},
-    "pi": {"type": "pi", "max_turns": 40},
-    "gemini": {"type": "gemini-cli", "max_turns": 40},
-    "cline": {"type": "cline", "max_turns": 40},
-}
+from bench._common import ORACLE_AGENTS, SCRIPTED_ORACLE, run_spec, workdir  # noqa: E402
 
 
 def _spec(work: Path, provider: str, samples: int, script: Path | None) -> Path:
-    model: dict[str, object] = {"api": "scripted", "protocol": "openai-chat"}
+    model: dict[str, object] = dict(SCRIPTED_ORACLE)
     if script is not None:
         model["script"] = str(script)
     spec = {
         "name": f"agent-startup-{'script' if script else 'oracle'}",
         "dataset": {"name": "demo-swebench", "instance_ids": ["demo__calc-1"]},
-        "agents": AGENTS,
+        "agents": ORACLE_AGENTS,
         "models": {"m": model},
         "providers": {provider: {"type": provider, "concurrency": 2}},
         "samples": samples,
@@ -60,7 +48,7 @@ def _spec(work: Path, provider: str, samples: int, script: Path | None) -> Path:
 def _median_agent_time(rows: list[dict[str, object]]) -> dict[str, tuple[float, int]]:
     """agent -> (median time_agent, model calls of one task); every row must have resolved."""
     out: dict[str, tuple[float, int]] = {}
-    for agent in AGENTS:
+    for agent in ORACLE_AGENTS:
         mine = [r for r in rows if r["agent"] == agent]
         bad = [r for r in mine if not r["resolved"]]
         if bad or not mine:
@@ -91,15 +79,15 @@ def main() -> None:
     _, short_rows = run_spec(_spec(work, args.provider, args.samples, None))
     _, long_rows = run_spec(_spec(work, args.provider, args.samples, scripts))
     short, long = _median_agent_time(short_rows), _median_agent_time(long_rows)
-    per_step = {a: (long[a][0] - short[a][0]) / (long[a][1] - short[a][1]) for a in AGENTS}
-    startup = {a: short[a][0] - short[a][1] * per_step[a] for a in AGENTS}
+    per_step = {a: (long[a][0] - short[a][0]) / (long[a][1] - short[a][1]) for a in ORACLE_AGENTS}
+    startup = {a: short[a][0] - short[a][1] * per_step[a] for a in ORACLE_AGENTS}
     calls = f"calls: oracle {short['mini'][1]}, script {long['mini'][1]}"
     print(f"{args.provider}, {args.samples} samples, concurrency 1; {calls}; medians of time_agent")
     # mini-swe-agent runs on the host, inside anyswe's process: it has no start-up of its own to speak of,
     # so the others' start-up is shown beside it, not as a ratio; their cost per step is a ratio to its.
     head = ("agent", "oracle s", "script s", "start-up s", "per step ms", "x mini")
     print(f"{head[0]:10} {head[1]:>9} {head[2]:>9} {head[3]:>11} {head[4]:>12} {head[5]:>7}")
-    for a in AGENTS:
+    for a in ORACLE_AGENTS:
         ratio = per_step[a] / per_step["mini"] if per_step[a] > 0 and per_step["mini"] > 0 else float("nan")
         print(f"{a:10} {short[a][0]:9.2f} {long[a][0]:9.2f} {startup[a]:11.2f} {1000 * per_step[a]:12.0f} {ratio:7.1f}")
     print("(a per-step cost at or below 0 is under the noise of the medians: a few tens of ms)")

@@ -27,52 +27,15 @@ import sys
 import time
 from pathlib import Path
 
-from _common import REPO, workdir
-
-SHARED = REPO.parent / "shared" / "swebench"
-SPEC = REPO / "specs" / "real_images.yaml"
-
-
-def _ids() -> list[str]:
-    from ruamel.yaml import YAML
-
-    return list(YAML(typ="safe").load(SPEC.read_text())["dataset"]["instance_ids"])
-
-
-def gold_spec(work: Path, provider: str, concurrency: int, ids: list[str]) -> tuple[Path, Path]:
-    """A gold-only spec of ``ids`` on ``provider`` (the real-image template): (spec file, run directory)."""
-    run = work / f"anyswe-{provider}-{concurrency}-{time.monotonic_ns()}"
-    image = "swebench/sweb.eval.x86_64.{instance_id_docker}:latest"
-    extra = {"memory": "4g"} if provider == "docker" else {"overlay_size_mb": 2048}
-    spec = {
-        "name": "bench-grading",
-        "dataset": {"name": "swe-bench-verified", "path": str(SHARED / "verified.jsonl"), "instance_ids": ids},
-        "agents": {"gold": {"type": "gold"}},
-        # Two sandboxes per task in flight: the agent's is removed while the grading one runs.
-        "providers": {provider: {"type": provider, "image": image, "concurrency": 2 * concurrency, **extra}},
-        "concurrency": concurrency,
-        "retries": {"max_attempts": 1},
-        "output_dir": str(run),
-    }
-    path = work / f"spec-{provider}-{concurrency}.yaml"
-    path.write_text(json.dumps(spec))
-    return path, run
+from _common import SHARED, apply_process, median_phases, phase_means, phases_line, real_ids, real_spec, workdir
 
 
 def anyswe_round(
     work: Path, provider: str, concurrency: int, ids: list[str]
 ) -> tuple[float, dict[str, bool], dict[str, float]]:
     """``anyswe apply`` of gold on ``provider``: (wall, instance -> resolved, phase -> mean seconds)."""
-    from anyswe.results.schema import TIME_FIELDS
-
-    path, run = gold_spec(work, provider, concurrency, ids)
-    t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "anyswe", "apply", str(path)], check=True, capture_output=True, cwd=REPO)
-    wall = time.perf_counter() - t
-    rows = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
-    verdicts = {r["instance_id"]: bool(r["resolved"]) for r in rows}
-    phases = {f: statistics.mean(r[f] or 0.0 for r in rows) for f in TIME_FIELDS}
-    return wall, verdicts, phases
+    wall, rows = apply_process(*real_spec(work, provider, concurrency, ids))
+    return wall, {r["instance_id"]: bool(r["resolved"]) for r in rows}, phase_means(rows)
 
 
 def swebench_round(work: Path, concurrency: int, ids: list[str]) -> tuple[float, dict[str, bool]]:
@@ -100,7 +63,7 @@ def main() -> None:
     args = ap.parse_args()
     providers = args.provider or ["docker", "apptainer"]
     levels = args.concurrency or [2]
-    ids, cores, work = _ids(), os.cpu_count() or 1, workdir()
+    ids, cores, work = real_ids(), os.cpu_count() or 1, workdir()
     print(f"{len(ids)} instances, gold, images cached, {cores} cores, {args.rounds} rounds (median)")
     for c in levels:
         walls: dict[str, list[float]] = {p: [] for p in [*providers, "swebench"]}
@@ -124,14 +87,12 @@ def main() -> None:
         print(f"resolved {sum(anchor.values())}/{len(ids)}")
         for p in providers:
             wall = statistics.median(walls[p])
-            per = {f: statistics.median(x[f] for x in phases[p]) for f in phases[p][0]}
-            rest = per["time_total"] - sum(v for k, v in per.items() if k != "time_total")
+            per = median_phases(phases[p])
             print(
                 f"anyswe {p}: {wall:.1f} s, {len(ids) * 3600 / wall / cores:.0f} instances/core-hour, "
                 f"{wall / base:.2f}x swebench; verdicts equal to swebench's in every round: {agree[p]}"
             )
-            shown = ", ".join(f"{k.removeprefix('time_')} {v:.2f}" for k, v in per.items())
-            print(f"  per task: {shown} (in no phase: {rest:.2f})")
+            print(f"  per task: {phases_line(per)}")
 
 
 if __name__ == "__main__":

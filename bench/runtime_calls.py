@@ -14,16 +14,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import shutil
-import statistics
-import subprocess
-import sys
 from pathlib import Path
 
-from _common import workdir
-from grading_throughput import _ids, gold_spec
+from _common import apply_process, phase_means, phases_line, real_ids, real_spec, workdir
 
 # One line per call: a script passed as an argument has its newlines folded into spaces.
 SHIM = """#!/bin/sh
@@ -65,15 +60,13 @@ def main() -> None:
     ap.add_argument("--provider", action="append", choices=["docker", "apptainer"])
     ap.add_argument("--concurrency", type=int, default=2)
     args = ap.parse_args()
-    ids, work = _ids(), workdir()
+    ids, work = real_ids(), workdir()
     logs = _shims(work)
     env = {**os.environ, "PATH": f"{work / 'bin'}:{os.environ['PATH']}"}
     for provider in args.provider or ["docker", "apptainer"]:
         for log in logs.values():
             log.unlink(missing_ok=True)
-        path, run = gold_spec(work, provider, args.concurrency, ids)
-        subprocess.run([sys.executable, "-m", "anyswe", "apply", str(path)], check=True, capture_output=True, env=env)
-        rows = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+        _, rows = apply_process(*real_spec(work, provider, args.concurrency, ids), env=env)
         n = len(rows)
         counts: collections.Counter[tuple[str, str]] = collections.Counter()
         for runtime, log in logs.items():
@@ -85,8 +78,7 @@ def main() -> None:
         print(f"{starts / n:.1f} container starts per task")
         for (runtime, sub), c in counts.most_common():
             print(f"  {runtime} {sub}: {c / n:.2f} per task ({c} in all)")
-        phases = {k: statistics.mean(r[k] or 0.0 for r in rows) for k in rows[0] if k.startswith("time_")}
-        print("  phases per task (s): " + ", ".join(f"{k.removeprefix('time_')} {v:.2f}" for k, v in phases.items()))
+        print(f"  phases per task (s): {phases_line(phase_means(rows))}")
 
 
 if __name__ == "__main__":
