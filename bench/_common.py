@@ -144,6 +144,7 @@ def median_phases(rounds: list[dict[str, float]]) -> dict[str, float]:
 def phases_line(per: dict[str, float]) -> str:
     """``image 0.12, ..., total 9.80 (in no phase: 0.01)``: the phases sum to the total, less what no
     phase timed."""
-    rest = per["time_total"] - sum(v for k, v in per.items() if k != "time_total")
+    # Rounded first and + 0.0: a float sum's -0.001 would print as "-0.00".
+    rest = round(per["time_total"] - sum(v for k, v in per.items() if k != "time_total"), 2) + 0.0
     shown = ", ".join(f"{k.removeprefix('time_')} {v:.2f}" for k, v in per.items())
     return f"{shown} (in no phase: {rest:.2f})"
