@@ -90,6 +90,7 @@ def real_spec(
     *,
     agent: tuple[str, dict[str, Any]] = ("gold", {"type": "gold"}),
     model: dict[str, Any] | None = None,
+    timeouts: dict[str, float] | None = None,
 ) -> tuple[Path, Path]:
     """A spec of one agent over ``ids`` on ``provider`` (the real-image template), gold unless told:
     (spec file, run directory)."""
@@ -108,6 +109,8 @@ def real_spec(
     }
     if model is not None:
         spec["models"] = {"m": model}
+    if timeouts is not None:
+        spec["timeouts"] = timeouts
     path = work / f"spec-{name}-{provider}-{concurrency}.yaml"
     path.write_text(json.dumps(spec))
     return path, run
