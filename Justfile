@@ -72,3 +72,4 @@ bench: setup
     uv run python bench/footprint.py
     uv run python bench/gateway_latency.py
     uv run python bench/serve_load.py
+    uv run python bench/agent_throughput.py
