@@ -8,6 +8,7 @@
 #   scripts/provision.sh helper     a C compiler and static libc (anyswe builds its in-sandbox helper)
 #   scripts/provision.sh browser    headless Chromium (for the report tests)
 #   scripts/provision.sh registry   Debian's docker-registry (a real registry for the pull tests)
+#   scripts/provision.sh harbor     Harbor 0.26.0 and a private `docker compose` for bench/harbor.py (not in all)
 #
 # Every step is a no-op where the thing already works: a workstation with a running docker
 # daemon, or an HPC node with apptainer installed, is left alone. Nothing is pulled from a
@@ -214,6 +215,72 @@ provision_registry() {
   log "registry: $(docker-registry --version 2>/dev/null | head -n1)"
 }
 
+# bench/harbor.py compares anyswe with Harbor (PyPI `harbor`, pinned), which needs Python >= 3.12 and
+# `docker compose` v2. Both go in a directory of their own under anyswe's cache, nothing system-wide:
+# Harbor's venv, and a DOCKER_CONFIG whose cli-plugins holds the compose plugin (Debian 12's docker
+# has none; trixie's docker-compose package has the static binary, taken from its .deb alone, the
+# chain of checksums from the mirror's signed InRelease checked on the way).
+HARBOR_VERSION=0.26.0
+HARBOR_PYTHON=${ANYSWE_HARBOR_PYTHON:-/root/.pyenv/versions/3.12.1/bin/python}
+
+harbor_dir() { printf '%s/bench/harbor\n' "${ANYSWE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/anyswe}"; }
+
+# The SHA256 that the stanza of $2 (a Packages index or the text of a Release file) gives for $1.
+sha256_of() {
+  awk -v f="$1" '/^SHA256:/ {on = 1; next} /^[^ ]/ {on = 0} on && $3 == f {print $1; exit}' "$2"
+}
+
+provision_compose_plugin() {
+  local dir plugin mirror arch tmp pkgs_sha deb deb_sha
+  dir=$(harbor_dir)/docker-config
+  plugin=$dir/cli-plugins/docker-compose
+  if [ -x "$plugin" ] && DOCKER_CONFIG=$dir docker compose version >/dev/null 2>&1; then
+    log "harbor: $(DOCKER_CONFIG=$dir docker compose version)"; return 0
+  fi
+  apt_install curl xz-utils gpgv debian-archive-keyring
+  mirror=$(debian_mirror)
+  arch=$(dpkg --print-architecture)
+  tmp=$(mktemp -d)
+  log "harbor: docker compose plugin from Debian trixie's docker-compose package"
+  curl -fsS -o "$tmp/InRelease" "$mirror/dists/trixie/InRelease"
+  gpgv --quiet --keyring /usr/share/keyrings/debian-archive-keyring.gpg --output "$tmp/Release" "$tmp/InRelease" 2>/dev/null \
+    || die "trixie's InRelease does not verify against debian-archive-keyring"
+  pkgs_sha=$(sha256_of "main/binary-$arch/Packages.xz" "$tmp/Release")
+  curl -fsS -o "$tmp/Packages.xz" "$mirror/dists/trixie/main/binary-$arch/Packages.xz"
+  [ -n "$pkgs_sha" ] && echo "$pkgs_sha  $tmp/Packages.xz" | sha256sum -c --quiet - || die "trixie's Packages.xz: checksum mismatch"
+  xz -d "$tmp/Packages.xz"
+  # The docker-compose stanza alone (paragraphs are separated by blank lines).
+  awk -v RS= '/(^|\n)Package: docker-compose\n/' "$tmp/Packages" >"$tmp/stanza"
+  deb=$(awk '/^Filename:/ {print $2; exit}' "$tmp/stanza")
+  deb_sha=$(awk '/^SHA256:/ {print $2; exit}' "$tmp/stanza")
+  [ -n "$deb" ] && [ -n "$deb_sha" ] || die "no docker-compose package in trixie's index"
+  curl -fsS -o "$tmp/compose.deb" "$mirror/$deb"
+  echo "$deb_sha  $tmp/compose.deb" | sha256sum -c --quiet - || die "$deb: checksum mismatch"
+  mkdir -p "$tmp/x" "$dir/cli-plugins"
+  dpkg-deb --fsys-tarfile "$tmp/compose.deb" | tar -x -C "$tmp/x" ./usr/libexec/docker/cli-plugins/docker-compose
+  install -m 0755 "$tmp/x/usr/libexec/docker/cli-plugins/docker-compose" "$plugin.tmp"
+  mv -f "$plugin.tmp" "$plugin"
+  rm -rf "$tmp"
+  log "harbor: $(DOCKER_CONFIG=$dir docker compose version) (from $deb)"
+}
+
+provision_harbor() {
+  local venv
+  venv=$(harbor_dir)/venv
+  command -v uv >/dev/null 2>&1 || die "harbor: uv is not on PATH"
+  [ -x "$HARBOR_PYTHON" ] || die "harbor: needs Python >= 3.12 at $HARBOR_PYTHON (set ANYSWE_HARBOR_PYTHON)"
+  if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('harbor') != '$HARBOR_VERSION')" 2>/dev/null; then
+    log "harbor: installing harbor==$HARBOR_VERSION in $venv"
+    rm -rf "$venv"
+    # Compiled once here: with PYTHONDONTWRITEBYTECODE set (as on some machines) every harbor process
+    # would compile its imports from source, CPU that is not Harbor's own (the Justfile compiles anyswe's).
+    uv venv --quiet --python "$HARBOR_PYTHON" "$venv"
+    uv pip install --quiet --compile-bytecode --python "$venv/bin/python" "harbor==$HARBOR_VERSION"
+  fi
+  log "harbor: harbor $("$venv/bin/harbor" --version 2>/dev/null || echo "harbor $HARBOR_VERSION") in $venv"
+  provision_compose_plugin
+}
+
 main() {
   local what=${1:-all}
   case "$what" in
@@ -225,8 +292,9 @@ main() {
     browser) provision_browser ;;
     agents) provision_agents ;;
     registry) provision_registry ;;
+    harbor) provision_harbor ;;
     all) provision_docker; provision_apptainer; provision_image; provision_helper; provision_agents; provision_registry ;;
-    *) die "unknown target '$what' (docker, apptainer, image, image-bullseye, helper, agents, registry, browser, all)" ;;
+    *) die "unknown target '$what' (docker, apptainer, image, image-bullseye, helper, agents, registry, browser, harbor, all)" ;;
   esac
 }
 main "$@"
