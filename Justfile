@@ -73,3 +73,4 @@ bench: setup
     uv run python bench/gateway_latency.py
     uv run python bench/serve_load.py
     uv run python bench/agent_throughput.py
+    uv run python bench/harbor.py
