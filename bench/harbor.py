@@ -76,15 +76,12 @@ def harbor_home() -> Path:
 
 
 def ensure_harbor() -> Path:
-    """Harbor's venv and the private DOCKER_CONFIG, set up by scripts/provision.sh when missing."""
+    """Harbor's venv (from bench/locks/harbor.txt) and the private DOCKER_CONFIG: scripts/provision.sh
+    makes them, or finds them as its lock names them, before anything is timed."""
     home = harbor_home()
-    ready = (home / "venv" / "bin" / "harbor").is_file() and (
-        home / "docker-config" / "cli-plugins" / "docker-compose"
-    ).is_file()
-    if not ready:
-        # The cache dir handed over explicitly, so the script and this module agree on it.
-        env = {**os.environ, "ANYSWE_CACHE": str(home.parents[1])}
-        subprocess.run(["bash", str(REPO / "scripts" / "provision.sh"), "harbor"], check=True, env=env)
+    # The cache dir handed over explicitly, so the script and this module agree on it.
+    env = {**os.environ, "ANYSWE_CACHE": str(home.parents[1])}
+    subprocess.run(["bash", str(REPO / "scripts" / "provision.sh"), "harbor"], check=True, env=env)
     return home
 
 

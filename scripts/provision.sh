@@ -265,17 +265,22 @@ provision_compose_plugin() {
 }
 
 provision_harbor() {
-  local venv
+  local venv lock stamp
   venv=$(harbor_dir)/venv
+  # Every package of Harbor's tree pinned with its hashes (litellm among them: a compromised release
+  # has existed), so the venv is the one the lock names; a changed lock makes a new venv.
+  lock=$(cd "$(dirname "$0")/.." && pwd)/bench/locks/harbor.txt
+  stamp=$(sha256sum "$lock" | cut -d' ' -f1)
   command -v uv >/dev/null 2>&1 || die "harbor: uv is not on PATH"
   [ -x "$HARBOR_PYTHON" ] || die "harbor: needs Python >= 3.12 at $HARBOR_PYTHON (set ANYSWE_HARBOR_PYTHON)"
-  if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('harbor') != '$HARBOR_VERSION')" 2>/dev/null; then
-    log "harbor: installing harbor==$HARBOR_VERSION in $venv"
+  if [ "$(cat "$venv/.anyswe-lock" 2>/dev/null)" != "$stamp" ]; then
+    log "harbor: installing harbor==$HARBOR_VERSION from $lock in $venv"
     rm -rf "$venv"
     # Compiled once here: with PYTHONDONTWRITEBYTECODE set (as on some machines) every harbor process
     # would compile its imports from source, CPU that is not Harbor's own (the Justfile compiles anyswe's).
     uv venv --quiet --python "$HARBOR_PYTHON" "$venv"
-    uv pip install --quiet --compile-bytecode --python "$venv/bin/python" "harbor==$HARBOR_VERSION"
+    uv pip install --quiet --compile-bytecode --require-hashes --python "$venv/bin/python" -r "$lock"
+    echo "$stamp" >"$venv/.anyswe-lock"
   fi
   log "harbor: harbor $("$venv/bin/harbor" --version 2>/dev/null || echo "harbor $HARBOR_VERSION") in $venv"
   provision_compose_plugin
