@@ -97,3 +97,24 @@ def test_build_context_from_several_processes_at_once(tmp_path: Path, shaped: bo
         assert not list(Path(got[0][0]).parent.parent.glob(".swebench-*"))  # no staging dir left
     again = _context_of(jobs[0])
     assert again == got[0]
+
+
+def test_compiled_bytecode_beside_a_task_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``__pycache__`` in a task's directories (``compileall`` over the package made them once, in
+    CI) is not part of the task: not in its hash, its scripts, its rows or its images' contexts."""
+    import shutil
+
+    before_scripts, before_hash = demo.scripts(), {i: demo.content_hash(d) for i, d in demo.task_dirs().items()}
+    tasks = tmp_path / "tasks"
+    shutil.copytree(demo.TASKS_DIR, tasks)
+    for sub in ("base", "fix", "tests"):
+        cache = tasks / "calc" / sub / "__pycache__"
+        cache.mkdir(exist_ok=True)
+        (cache / "calc.cpython-311.pyc").write_bytes(b"\xa7\r\r\n\x00\x00\x00\x00")
+    monkeypatch.setattr(demo, "TASKS_DIR", tasks)
+    demo.task_dirs.cache_clear()
+    try:
+        assert demo.scripts() == before_scripts
+        assert {i: demo.content_hash(d) for i, d in demo.task_dirs().items()} == before_hash
+    finally:
+        demo.task_dirs.cache_clear()

@@ -201,7 +201,7 @@ def scripts() -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for iid, task_dir in task_dirs().items():
         steps = []
-        for path in sorted(p for p in (task_dir / "fix").rglob("*") if p.is_file()):
+        for path in sorted(p for p in (task_dir / "fix").rglob("*") if p.is_file() and "__pycache__" not in p.parts):
             rel = path.relative_to(task_dir / "fix").as_posix()
             body = path.read_text()
             delimiter = "ANYSWE_SCRIPT_EOF"
