@@ -33,6 +33,28 @@ _API = {
 }
 
 
+def openclaw_config(base_url: str, api: str, key: str, model: str) -> dict[str, Any]:
+    """OpenClaw's config for one run: the model at ``base_url`` as provider ``anyswe``, and two
+    features off that have nothing to act on in a task (one turn in the fresh state directory
+    ``agent exec`` makes and removes) and would each start worker threads that load OpenClaw's
+    modules again (measured: about 2 and 1.4 CPU-seconds a start). The system prompt and the tools
+    the model is given stay the same, byte for byte.
+
+    - ``session.maintenance.mode: warn``: the age, count and disk-budget policies are reported, not
+      applied; a fresh state has no older session to prune, archive or cap.
+    - ``memory.search.rememberAcrossConversations: false``: recall from the agent's other private
+      conversations (a fresh state has none) and the indexing of this one's transcript for a later
+      recall (there is no later). Memory search over the workspace's memory files is unchanged.
+    """
+    provider = {"baseUrl": base_url, "apiKey": key, "api": api, "models": [{"id": "model", "name": model}]}
+    return {
+        "models": {"providers": {"anyswe": provider}},
+        "agents": {"defaults": {"model": {"primary": "anyswe/model"}}},
+        "session": {"maintenance": {"mode": "warn"}},
+        "memory": {"search": {"rememberAcrossConversations": False}},
+    }
+
+
 def _build(lock: Path, work: Path, out: Path) -> None:
     node_bundle(lock, work, out, "openclaw", "openclaw/openclaw.mjs")
 
@@ -69,16 +91,7 @@ class OpenClawAgent(CliAgent):
         assert ctx.model is not None and ctx.state_dir is not None
         # The config holds the task's token: in the task's state directory, readable by its owner only.
         api, base_url = self.spoken(ctx)
-        provider = {
-            "baseUrl": base_url,
-            "apiKey": token,
-            "api": api,
-            "models": [{"id": "model", "name": ctx.model.model}],
-        }
-        config = {
-            "models": {"providers": {"anyswe": provider}},
-            "agents": {"defaults": {"model": {"primary": "anyswe/model"}}},
-        }
+        config = openclaw_config(base_url, api, token, ctx.model.model)
         private_file(ctx.state_dir / "openclaw.json5", json.dumps(config, indent=1))
         (ctx.state_dir / "task.md").write_text(self.task(ctx))
         return {"TMPDIR": f"{STATE_DIR}/tmp", "NO_UPDATE_NOTIFIER": "1"}
