@@ -159,6 +159,8 @@ def _warm_compile_cache(out: Path, work: Path) -> None:
     if r.returncode != 0 or envelope is None or envelope.get("status") != "ok":
         why = (r.stderr or r.stdout)[-1500:]
         raise BundleError(f"the openclaw bundle's warm-up run failed (exit {r.returncode}): {why}")
+    if not any((out / COMPILE_CACHE).glob("v*/*")):  # a bundle without it would start as slowly as before
+        raise BundleError("the openclaw bundle's warm-up run left no compile cache")
     share_compile_cache(out / COMPILE_CACHE)
 
 
