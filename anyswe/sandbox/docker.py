@@ -1,8 +1,9 @@
 """Docker sandboxes through python-on-whales.
 
-Lifecycle (run, inspect, remove, list) goes through python-on-whales' typed API; ``docker exec``
-runs from the same client's argv prefix in an asyncio subprocess, because an exec needs separate
-stdout/stderr bytes, stdin and a timeout, which python-on-whales' blocking ``execute`` does not give.
+``docker run`` and a container's state go through python-on-whales' typed API. Exec, removal, the
+image inspect and the sweep run from the same client's argv prefix in an asyncio subprocess: an exec
+needs separate stdout/stderr bytes, stdin and a timeout, which python-on-whales' blocking ``execute``
+does not give, and an inspect with ``--format`` answers several questions (or containers) in one call.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import json
 import time
 from collections.abc import Hashable, Mapping
 from functools import cached_property
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
@@ -108,7 +110,11 @@ class DockerProvider(SandboxProvider[DockerConfig]):
     def __init__(self, config: DockerConfig | None = None) -> None:
         super().__init__(config or DockerConfig())
         self._docker = _client()
-        self._present: set[str] = set()
+        # image -> (id, WORKDIR) of a present image: one `docker image inspect` per image answers
+        # whether it is here, what it is and where commands run, for every task of it.
+        self._images: dict[str, tuple[str, str]] = {}
+        # sandbox -> (host pid of its PID 1, container id), from the inspect of its start.
+        self._inits: dict[str, tuple[int, str]] = {}
 
     @property
     def docker_cmd(self) -> list[str]:
@@ -119,22 +125,32 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         if r.exit_code != 0 or r.timed_out:
             raise RuntimeNotAvailable.from_proc("docker does not answer (run scripts/provision.sh docker)", r)
 
+    async def _image(self, image: str) -> tuple[str, str] | None:
+        """``image``'s id and WORKDIR, None when it is not here. A present image is remembered; one
+        removed meanwhile fails its `docker run --pull never`, which forgets it."""
+        if (known := self._images.get(image)) is not None:
+            return known
+        fmt = "[{{json .Id}},{{json .Config.WorkingDir}}]"
+        r = await _proc.run([*self.docker_cmd, "image", "inspect", "--format", fmt, image], timeout=60)
+        if r.exit_code != 0 and not r.timed_out and b"no such image" in r.stderr.lower():
+            return None
+        try:
+            image_id, workdir = json.loads(r.stdout) if r.exit_code == 0 and not r.timed_out else (None, None)
+        except ValueError:
+            image_id = workdir = None
+        if not isinstance(image_id, str) or not isinstance(workdir, str):
+            raise SandboxError.from_proc(f"docker could not inspect image {image!r}", r)
+        self._images[image] = (image_id, workdir)
+        return self._images[image]
+
     async def image_exists(self, image: str) -> bool:
-        # A present image is remembered (one `docker image inspect` per image, not per sandbox); one
-        # removed meanwhile fails its `docker run --pull never`, which forgets it.
-        if image in self._present:
-            return True
-        exists = await in_thread(self._docker.image.exists, image)
-        if exists:
-            self._present.add(image)
-        return exists
+        return await self._image(image) is not None
 
     async def runnable_image(self, stored: StoredImage, fields: Mapping[str, str]) -> str:
         return await stored()
 
     async def image_provenance(self, image: str) -> Provenance:
-        r = await _proc.run([*self.docker_cmd, "image", "inspect", "--format", "{{.Id}}", image], timeout=60)
-        digest = r.stdout.decode().strip() if r.exit_code == 0 and not r.timed_out else None
+        digest = known[0] if (known := await self._image(image)) is not None else None
         return Provenance(digest or None, digest or None)
 
     def default_network(self) -> NetworkPolicy:
@@ -164,6 +180,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         every later ``rm`` of it refused ("removal ... is already in progress"). Such a removal,
         started by another client or one that was killed, is waited for rather than reported.
         """
+        self._inits.pop(name, None)
         argv = [*self.docker_cmd, "container", "rm", "--force", "--volumes", name]
         deadline = time.monotonic() + _REMOVE_SECONDS
         while True:
@@ -197,9 +214,11 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         }
 
     async def _image_workdir(self, image: str) -> str:
-        # python-on-whales gives the WORKDIR as a Path: an unset one reads as "."
-        workdir = (await in_thread(self._docker.image.inspect, image)).config.working_dir
-        return str(workdir) if workdir and str(workdir).startswith("/") else "/"
+        known = await self._image(image)
+        if known is None:
+            raise ImageNotFound(f"docker image {image!r} is not available locally")
+        # As the image's config has it ("/testbed/" in SWE-bench's), normalised: "/testbed".
+        return str(PurePosixPath(known[1])) if known[1].startswith("/") else "/"
 
     async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> Hashable | None:
         from python_on_whales.exceptions import DockerException
@@ -222,6 +241,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
                     # PID 1 is never the OOM killer's choice (sandbox/oom.py); only the host may set that.
                     if (pid := _local_pid(container)) is not None:
                         protect_init(pid)
+                        self._inits[request.name] = (pid, container.id)
                 try:
                     # The image the container runs (python-on-whales has just inspected it), not
                     # what the tag names, which another build or pull may have moved meanwhile.
@@ -242,7 +262,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
                 raise SandboxStartError(f"`docker run -d` returned no container id for {request.name}")
             return ("docker", image_id) if image_id else None
         except DockerException as exc:
-            self._present.discard(request.image)
+            self._images.pop(request.image, None)
             await asyncio.shield(self.remove(request.name))
             raise SandboxStartError(
                 f"docker could not start a sandbox from {request.image!r}",
@@ -263,6 +283,10 @@ class DockerProvider(SandboxProvider[DockerConfig]):
     async def gone_reason(self, name: str) -> str | None:
         from python_on_whales.exceptions import NoSuchContainer
 
+        # Its PID 1 still in its cgroup: it runs. The shim reaps an ended PID 1 before docker marks the
+        # container exited, so the kernel never says "running" later than docker would.
+        if self._running(name):
+            return None
         try:
             state = (await in_thread(self._docker.container.inspect, name)).state
         except NoSuchContainer:
@@ -292,9 +316,17 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         code = state.exit_code
         return f"its own memory limit{limit} ran out (OOMKilled, exit {code})"
 
+    def _running(self, name: str) -> bool:
+        """Whether the PID 1 its start found is still in the container's cgroup (a pid reused after
+        the container ended is another cgroup's); False also when this provider did not start it."""
+        return (known := self._inits.get(name)) is not None and _in_cgroup_of(*known)
+
     async def init_pid(self, name: str) -> int | None:
         from python_on_whales.exceptions import NoSuchContainer
 
+        # The pid its start found while it runs; otherwise docker is asked.
+        if self._running(name):
+            return self._inits[name][0]
         try:
             container = await in_thread(self._docker.container.inspect, name)
         except NoSuchContainer:
@@ -302,23 +334,30 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         return _local_pid(container)
 
     async def sandboxes(self) -> dict[str, dict[str, str] | None]:
-        """Every anyswe container on this host, running or not, with its labels."""
-
-        from python_on_whales.exceptions import NoSuchContainer
-
-        def _list() -> dict[str, dict[str, str] | None]:
-            found: dict[str, dict[str, str] | None] = {}
-            for c in self._docker.container.list(all=True, filters=[("label", f"{LABEL_MANAGED}=1")]):
-                # The listing gives ids; each is inspected for its name and labels. One removed in
-                # between (by a concurrent run, a gc, a test worker's teardown) is no longer there to
-                # list: skipped, not an error (retrying the whole listing lost that race under load).
-                try:
-                    found[c.name] = dict(c.config.labels or {})
-                except NoSuchContainer:
-                    continue
-            return found
-
-        return await in_thread(_list)
+        """Every anyswe container on this host, running or not, with its labels: two docker calls."""
+        listing = [*self.docker_cmd, "container", "ls", "--all", "--quiet", "--no-trunc"]
+        r = await _proc.run([*listing, "--filter", f"label={LABEL_MANAGED}=1"], timeout=60)
+        if r.exit_code != 0 or r.timed_out:
+            raise SandboxError.from_proc("docker could not list anyswe's containers", r)
+        ids = r.stdout.decode().split()
+        if not ids:
+            return {}
+        # One inspect of them all, for their names and labels. One removed in between (by a concurrent
+        # run, a gc, a test worker's teardown) is no longer there to list: docker says so on stderr,
+        # exits 1 and still prints the others; skipped, not an error (retrying the whole listing lost
+        # that race under load).
+        fmt = "[{{json .Name}},{{json .Config.Labels}}]"
+        r = await _proc.run([*self.docker_cmd, "container", "inspect", "--format", fmt, *ids], timeout=60)
+        others = [
+            e for e in r.stderr.decode(errors="replace").splitlines() if e and "no such container" not in e.lower()
+        ]
+        if r.timed_out or (r.exit_code != 0 and others):
+            raise SandboxError.from_proc("docker could not inspect anyswe's containers", r)
+        found: dict[str, dict[str, str] | None] = {}
+        for line in r.stdout.decode().splitlines():
+            name, labels = json.loads(line)
+            found[name.lstrip("/")] = dict(labels or {})
+        return found
 
 
 def _local_pid(container: Any) -> int | None:
@@ -328,8 +367,12 @@ def _local_pid(container: Any) -> int | None:
         return None
     # The engine may be another machine's (DOCKER_HOST): the pid is this host's only if the
     # process it names here is in the container's cgroup.
+    return int(pid) if _in_cgroup_of(int(pid), container.id) else None
+
+
+def _in_cgroup_of(pid: int, container_id: str) -> bool:
+    """Whether host process ``pid`` runs in the cgroup of container ``container_id``."""
     try:
-        cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+        return container_id in Path(f"/proc/{pid}/cgroup").read_text()
     except OSError:
-        return None
-    return int(pid) if container.id in cgroup else None
+        return False
