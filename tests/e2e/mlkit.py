@@ -9,12 +9,11 @@ phase of a cold CI run."""
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from realkit import ByHandRun, run_by_hand
+from realkit import ByHandRun, by_hand_verdicts_of, gold_and_empty_by_hand
 
 from anyswe.datasets.instance import Instance
 from anyswe.grading import swebench as sb
@@ -54,18 +53,7 @@ def ml_images(ml_instances: dict[str, Instance], repo_mirror: Path, docker_image
 @pytest.fixture(scope="session")
 def ml_by_hand(ml_images: dict[str, str], ml_instances: dict[str, Instance]) -> dict[str, dict[str, ByHandRun]]:
     """instance_id -> {"gold": run, "empty": run}: swebench's procedure with plain docker."""
-    work = [(i, kind) for i in ml_images for kind in ("gold", "empty")]
-
-    def one(item: tuple[str, str]) -> ByHandRun:
-        i, kind = item
-        return run_by_hand(ml_images[i], ml_instances[i], ml_instances[i].patch if kind == "gold" else "")
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = list(pool.map(one, work))
-    out: dict[str, dict[str, ByHandRun]] = {}
-    for (i, kind), run in zip(work, runs, strict=True):
-        out.setdefault(i, {})[kind] = run
-    return out
+    return gold_and_empty_by_hand(ml_images, ml_instances)
 
 
 @pytest.fixture(scope="session")
@@ -73,9 +61,4 @@ def ml_verdicts(
     ml_by_hand: dict[str, dict[str, ByHandRun]], ml_instances: dict[str, Instance]
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """instance_id -> {"gold"|"empty": {"resolved", "tests_status"}} by swebench's ``get_eval_report``."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for i, runs in ml_by_hand.items():
-        for kind, run in runs.items():
-            report = sb.eval_report(ml_instances[i], run.output, model_patch=run.patch)
-            out.setdefault(i, {})[kind] = {"resolved": report["resolved"], "tests_status": report["tests_status"]}
-    return out
+    return by_hand_verdicts_of(ml_by_hand, ml_instances)

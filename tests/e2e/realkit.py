@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,35 @@ def run_by_hand(
         partial.write_text(json.dumps(run.__dict__))
         partial.replace(kept)  # whole or absent: a killed run leaves no half a reference
         return run
+
+
+def gold_and_empty_by_hand(images: dict[str, str], instances: dict[str, Instance]) -> dict[str, dict[str, ByHandRun]]:
+    """instance_id -> {"gold": run, "empty": run}, swebench's procedure by hand, two at a time."""
+    work = [(i, kind) for i in images for kind in ("gold", "empty")]
+
+    def one(item: tuple[str, str]) -> ByHandRun:
+        i, kind = item
+        return run_by_hand(images[i], instances[i], instances[i].patch if kind == "gold" else "")
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = list(pool.map(one, work))
+    out: dict[str, dict[str, ByHandRun]] = {}
+    for (i, kind), run in zip(work, runs, strict=True):
+        out.setdefault(i, {})[kind] = run
+    return out
+
+
+def by_hand_verdicts_of(
+    runs: dict[str, dict[str, ByHandRun]], instances: dict[str, Instance]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """instance_id -> {"gold"|"empty": {"resolved", "tests_status"}} by swebench's ``get_eval_report``:
+    the reference an anyswe run of gold / noop must equal."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for i, kinds in runs.items():
+        for kind, run in kinds.items():
+            report = sb.eval_report(instances[i], run.output, model_patch=run.patch)
+            out.setdefault(i, {})[kind] = {"resolved": report["resolved"], "tests_status": report["tests_status"]}
+    return out
 
 
 def _whole(instance: Instance, run: ByHandRun) -> bool:

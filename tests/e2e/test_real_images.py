@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +31,12 @@ from realkit import (
     ByHandRun,
     apply_spec,
     assert_census,
+    by_hand_verdicts_of,
     census_cli,
     census_empty,
     census_gold_rows,
     docker,
-    run_by_hand,
+    gold_and_empty_by_hand,
 )
 
 from anyswe.datasets.instance import Instance
@@ -105,19 +105,7 @@ def real_images(real_instances: dict[str, Instance], repo_mirror: Path, bullseye
 @pytest.fixture(scope="session")
 def by_hand_runs(real_images: dict[str, str], real_instances: dict[str, Instance]) -> dict[str, dict[str, ByHandRun]]:
     """instance_id -> {"gold": run, "empty": run}, two at a time."""
-    work = [(i, kind) for i in real_images for kind in ("gold", "empty")]
-
-    def one(item: tuple[str, str]) -> ByHandRun:
-        i, kind = item
-        inst = real_instances[i]
-        return run_by_hand(real_images[i], inst, inst.patch if kind == "gold" else "")
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = list(pool.map(one, work))
-    out: dict[str, dict[str, ByHandRun]] = {}
-    for (i, kind), run in zip(work, runs, strict=True):
-        out.setdefault(i, {})[kind] = run
-    return out
+    return gold_and_empty_by_hand(real_images, real_instances)
 
 
 @pytest.fixture(scope="session")
@@ -126,12 +114,7 @@ def by_hand_verdicts(
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """instance_id -> {"gold"|"empty": {"resolved": bool, "tests_status": swebench's}}: the reference an
     anyswe run of gold / noop must equal."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for i, runs in by_hand_runs.items():
-        for kind, run in runs.items():
-            report = sb.eval_report(real_instances[i], run.output, model_patch=run.patch)
-            out.setdefault(i, {})[kind] = {"resolved": report["resolved"], "tests_status": report["tests_status"]}
-    return out
+    return by_hand_verdicts_of(by_hand_runs, real_instances)
 
 
 @pytest.fixture(scope="session")
