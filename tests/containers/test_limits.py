@@ -190,7 +190,9 @@ def test_a_fork_bomb_out_of_its_group_is_ended_from_the_host(provider_image: tup
             failed = _proc.ProcResult(["docker", "exec"], 126, b"", b"OCI runtime exec failed", 0.1, False)
             assert isinstance(await reap.runtime_failure(sb, failed), SandboxPidsExhausted)
             ended = await reap.end_strays(sb)
-            assert ended is not None and ended >= 3900, ended
+            # The bomb's thousands: how many are alive at the freeze swings as they exit and fork (3874
+            # and 3886 of 4096 in two runs); that none is left shows below.
+            assert ended is not None and ended >= 3 * 4096 // 4, ended
             await _takes_commands(sb)
             ps = await sb.exec(["ps", "-e", "--no-headers", "-o", "pid"])
             assert len(ps.stdout.split()) <= 4, ps  # PID 1, the helper running ps, ps (and a shell)
