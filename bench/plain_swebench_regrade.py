@@ -1,7 +1,11 @@
 """The yardstick for `anyswe regrade`: a plain script that grades the shared corpus's logs with
 swebench 4.1.0's own `get_eval_report`, nothing of anyswe in it. Prints the number resolved.
 
-    uv run python bench/plain_swebench_regrade.py [SHARED/swebench]
+With ``--lean`` (the lean anchor), swebench is imported as anyswe imports it (only the modules grading
+needs, anyswe/grading/_swebench_lean.py), so what is left is grading alone: swebench's whole-package
+import (about 3 s here) no longer hides anyswe's own costs.
+
+    uv run python bench/plain_swebench_regrade.py [--lean] [SHARED/swebench]
 """
 
 from __future__ import annotations
@@ -9,6 +13,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+if "--lean" in sys.argv:
+    sys.argv.remove("--lean")
+    from anyswe.grading import _swebench_lean
+
+    _swebench_lean.load()
 
 from swebench.harness.constants import MAP_REPO_TO_EXT
 from swebench.harness.grading import get_eval_report

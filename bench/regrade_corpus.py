@@ -1,5 +1,6 @@
 """Benchmark: `anyswe regrade` over the shared corpus of real SWE-bench logs, against a plain script
-calling swebench 4.1.0's own `get_eval_report` on the same logs (bench/plain_swebench_regrade.py).
+calling swebench 4.1.0's own `get_eval_report` on the same logs (bench/plain_swebench_regrade.py), and
+against the same script with swebench imported lean (``--lean``: the lean anchor, grading alone).
 
 Both run as whole processes (start-up and imports included), alternating A B A B, and the ratio is
 taken pair by pair; peak memory is each child's own. Prints figures; never asserts.
@@ -45,17 +46,21 @@ def main() -> None:
         "--json",
     ]
     plain = [sys.executable, str(Path(__file__).with_name("plain_swebench_regrade.py")), str(args.data)]
-    timed(ours), timed(plain)  # warm-up: page cache, bytecode
-    a, b = [], []
+    lean = [*plain[:2], "--lean", str(args.data)]
+    timed(ours), timed(plain), timed(lean)  # warm-up: page cache, bytecode
+    a, b, c = [], [], []
     for _ in range(args.runs):
         a.append(timed(ours))
         b.append(timed(plain))
+        c.append(timed(lean))
     logs = len((args.data / "corpus" / "manifest.jsonl").read_text().splitlines())
     med = statistics.median
     print(f"logs: {logs}, runs: {args.runs} each, alternating")
-    print(f"anyswe regrade:        {med(x for x, _ in a):6.2f} s  peak {med(m for _, m in a):5.0f} MB")
-    print(f"plain swebench script: {med(x for x, _ in b):6.2f} s  peak {med(m for _, m in b):5.0f} MB")
-    print(f"ratio anyswe/plain:    {med(x / y for (x, _), (y, _) in zip(a, b, strict=True)):6.2f}x (median of pairs)")
+    for label, runs in (("anyswe regrade:", a), ("plain swebench script:", b), ("lean swebench anchor:", c)):
+        print(f"{label:23}{med(x for x, _ in runs):6.2f} s  peak {med(m for _, m in runs):5.0f} MB")
+    for label, base in (("ratio anyswe/plain:", b), ("ratio anyswe/lean:", c)):
+        ratio = med(x / y for (x, _), (y, _) in zip(a, base, strict=True))
+        print(f"{label:23}{ratio:6.2f}x (median of pairs)")
 
 
 if __name__ == "__main__":

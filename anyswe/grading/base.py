@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from anyswe.datasets.instance import Instance
 
 
@@ -77,6 +79,11 @@ class Harness(ABC):
     def grade_log(self, instance: Instance, test_output: str) -> LogVerdict:
         """The verdict swebench's rules give this log."""
         return self._grade_log(instance, test_output)
+
+    def grade_log_file(self, instance: Instance, path: Path) -> LogVerdict:
+        """The verdict for a log stored at ``path`` (undecodable bytes replaced); a harness whose
+        grader reads logs from files itself is handed the path (``anyswe regrade``)."""
+        return self.grade_log(instance, path.read_text(errors="replace"))
 
     @abstractmethod
     def _eval_script(self, instance: Instance) -> str: ...

@@ -47,7 +47,7 @@ def regrade(dataset: Dataset, log_dir: Path) -> Iterator[dict[str, Any]]:
         try:
             inst = rows[iid]
             harness = get_harness(harness_for(inst, spec_harness=None, dataset_harness=dataset.harness))
-            verdict = harness.grade_log(inst, d.joinpath("test_output.txt").read_text(errors="replace"))
+            verdict = harness.grade_log_file(inst, d / "test_output.txt")
             yield {"key": key, "instance_id": iid, "resolved": verdict.resolved, "tests_status": verdict.tests_status}
         except (AnysweError, OSError) as exc:
             yield {"key": key, "instance_id": iid, "error": f"{type(exc).__name__}: {exc}"}

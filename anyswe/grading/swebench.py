@@ -10,8 +10,10 @@ Its version is checked before first use: grading a SWE-bench instance with anoth
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
+import os
 import shlex
 import tempfile
 import threading
@@ -299,30 +301,56 @@ def _test_spec(instance: Instance, repo: RepoSpec | None = None) -> Any:
     )
 
 
+_scratch = threading.local()
+
+
+def _log_file(text: str) -> str:
+    """A file holding ``text``, for ``get_eval_report``, which reads the log from a path. One per thread,
+    rewritten for each log: a directory made and removed per log was a tenth of a corpus regrade."""
+    path: str | None = getattr(_scratch, "path", None)
+    if path is None:
+        fd, path = tempfile.mkstemp(prefix="anyswe-grade-", suffix=".txt")
+        os.close(fd)
+        atexit.register(_remove, path)
+        _scratch.path = path
+    Path(path).write_text(text)
+    return path
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 def eval_report(
-    instance: Instance, test_output: str, *, model_patch: str | None = "x", repo: RepoSpec | None = None
+    instance: Instance, test_output: str | Path, *, model_patch: str | None = "x", repo: RepoSpec | None = None
 ) -> dict[str, Any]:
     """swebench's ``get_eval_report`` for a test log: ``{resolved, patch_successfully_applied, tests_status,...}``.
 
     Includes swebench's fallback to the whole log when the marked span has no results. ``repo``: a
     repository swebench does not know, graded by the same rules with its own spec and parser.
+    ``test_output``: the log, or the file holding it (undecodable bytes replaced).
     """
     _swebench()
     from swebench.harness.grading import get_eval_report
     from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
 
     if repo is not None:
-        return _report_of(instance, test_output, model_patch, repo)
+        text = test_output.read_text(errors="replace") if isinstance(test_output, Path) else test_output
+        return _report_of(instance, text, model_patch, repo)
     if instance.repo not in MAP_REPO_TO_PARSER:
         raise GradingError(f"{instance.instance_id}: swebench has no log parser for repo {instance.repo!r}")
-    with tempfile.TemporaryDirectory(prefix="anyswe-grade-") as tmp:
-        log_path = Path(tmp) / "test_output.txt"
-        log_path.write_text(test_output)
-        prediction = {"instance_id": instance.instance_id, "model_name_or_path": "anyswe", "model_patch": model_patch}
-        try:
-            report = get_eval_report(_test_spec(instance), prediction, str(log_path), include_tests_status=True)
-        except Exception as exc:  # a parser crash on a strange log is a grading error, not a verdict
+    log_path = str(test_output) if isinstance(test_output, Path) else _log_file(test_output)
+    prediction = {"instance_id": instance.instance_id, "model_name_or_path": "anyswe", "model_patch": model_patch}
+    try:
+        report = get_eval_report(_test_spec(instance), prediction, log_path, include_tests_status=True)
+    except UnicodeDecodeError as exc:
+        if not isinstance(test_output, Path):
             raise GradingError(f"{instance.instance_id}: swebench could not grade the log: {exc!r}") from exc
+        # swebench reads it as UTF-8: what is not is replaced, as a log read here always was.
+        return eval_report(instance, test_output.read_text(errors="replace"), model_patch=model_patch)
+    except Exception as exc:  # a parser crash on a strange log is a grading error, not a verdict
+        raise GradingError(f"{instance.instance_id}: swebench could not grade the log: {exc!r}") from exc
     result: dict[str, Any] = report[instance.instance_id]
     result.setdefault("tests_status", _empty_tests_status())
     return result

@@ -13,6 +13,8 @@ from anyswe.grading import swebench as sb
 from anyswe.grading.base import Harness, LogVerdict
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from anyswe.datasets.instance import Instance
 
 
@@ -31,6 +33,10 @@ class SWEbenchHarness(Harness):
     def _eval_script(self, instance: Instance) -> str:
         return sb.eval_script(instance, own_spec(instance))
 
-    def _grade_log(self, instance: Instance, test_output: str) -> LogVerdict:
+    def _grade_log(self, instance: Instance, test_output: str | Path) -> LogVerdict:
         report = sb.eval_report(instance, test_output, repo=own_spec(instance))
         return LogVerdict(resolved=bool(report.get("resolved")), tests_status=report.get("tests_status", {}))
+
+    def grade_log_file(self, instance: Instance, path: Path) -> LogVerdict:
+        # swebench reads the log from its path itself: not read, written and read again.
+        return self._grade_log(instance, path)

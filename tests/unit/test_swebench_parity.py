@@ -160,3 +160,23 @@ def test_wrong_or_missing_swebench_fails_loud(monkeypatch: pytest.MonkeyPatch, v
     monkeypatch.undo()
     sb._swebench.cache_clear()
     assert sb.version() == "4.1.0"
+
+
+def test_a_log_with_undecodable_bytes_regrades_as_it_reads_with_them_replaced(
+    tmp_path: Path, verified: Dataset
+) -> None:
+    """regrade hands swebench the log's path; a log that is not UTF-8 (a test printed raw bytes) is
+    graded as its text with those bytes replaced, as when it was read here first, never an error."""
+    key = "vexp__93265668__astropy__astropy-14539"
+    log = (CORPUS / "logs" / key / "test_output.txt").read_bytes()
+    first = log.index(b"\n") + 1
+    (tmp_path / key).mkdir()
+    (tmp_path / key / "test_output.txt").write_bytes(log[:first] + b"raw \xff\xfe bytes\n" + log[first:])
+    [got] = regrade(verified, tmp_path)
+    inst = verified.by_id()["astropy__astropy-14539"]
+    text = (tmp_path / key / "test_output.txt").read_text(errors="replace")
+    assert "\ufffd" in text
+    assert "error" not in got, got
+    assert got["tests_status"] == sb.eval_report(inst, text)["tests_status"]
+    official = json.loads((CORPUS / "logs" / key / "report.json").read_text())["astropy__astropy-14539"]
+    assert got["resolved"] == official["resolved"] and got["tests_status"] == official["tests_status"]
