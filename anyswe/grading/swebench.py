@@ -305,8 +305,8 @@ _scratch = threading.local()
 
 
 def _log_file(text: str) -> str:
-    """A file holding ``text``, for ``get_eval_report``, which reads the log from a path. One per thread,
-    rewritten for each log: a directory made and removed per log was a tenth of a corpus regrade."""
+    """A file holding ``text``, for ``get_eval_report``, which reads the log from a path: one per thread
+    (mode 0600), rewritten for each log rather than a directory made and removed per log."""
     path: str | None = getattr(_scratch, "path", None)
     if path is None:
         fd, path = tempfile.mkstemp(prefix="anyswe-grade-", suffix=".txt")
@@ -344,12 +344,10 @@ def eval_report(
     prediction = {"instance_id": instance.instance_id, "model_name_or_path": "anyswe", "model_patch": model_patch}
     try:
         report = get_eval_report(_test_spec(instance), prediction, log_path, include_tests_status=True)
-    except UnicodeDecodeError as exc:
-        if not isinstance(test_output, Path):
-            raise GradingError(f"{instance.instance_id}: swebench could not grade the log: {exc!r}") from exc
-        # swebench reads it as UTF-8: what is not is replaced, as a log read here always was.
-        return eval_report(instance, test_output.read_text(errors="replace"), model_patch=model_patch)
     except Exception as exc:  # a parser crash on a strange log is a grading error, not a verdict
+        if isinstance(exc, UnicodeDecodeError) and isinstance(test_output, Path):
+            # swebench reads the file as UTF-8: what is not is replaced, as a log read here always was.
+            return eval_report(instance, test_output.read_text(errors="replace"), model_patch=model_patch)
         raise GradingError(f"{instance.instance_id}: swebench could not grade the log: {exc!r}") from exc
     result: dict[str, Any] = report[instance.instance_id]
     result.setdefault("tests_status", _empty_tests_status())
