@@ -11,6 +11,7 @@ and keeps every finished row, which was fsynced as it finished.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import uuid
@@ -70,18 +71,34 @@ class _Driver:
     """One apply: launches units under the concurrency bound, retries infra errors, counts what was recorded;
     each attempt is the session's (grant, run, settle, record)."""
 
-    def __init__(self, plan: Plan, session: Session, concurrency: int, progress: bool) -> None:
+    def __init__(
+        self, plan: Plan, session: Session, concurrency: int, progress: bool, *, by_provider: bool = True
+    ) -> None:
         if session.store is None:
             raise ValueError("an apply records into its run directory: the session needs its store")
         self.plan, self.session, self.store = plan, session, session.store
         self.slots = asyncio.Semaphore(concurrency)
+        # Each provider's own bound, waited for before a place in the run's: a matrix's tasks come cell
+        # by cell (every docker task, then every apptainer one), and a task that waited for its busy
+        # provider inside one of the run's places kept the other provider's tasks out of it, so a
+        # docker-and-apptainer matrix ran its providers mostly one after the other. (The provider's
+        # slots still bound its sandboxes; Ray's resources bound a cluster's, so no gate there.)
+        self.gates: dict[str, asyncio.Semaphore] | None = {} if by_provider else None
         self.progress = progress
         self.resolved = self.errors = 0
         self.kinds: dict[str, int] = {}
         self.permanent = 0
 
+    def _gate(self, unit: WorkUnit) -> contextlib.AbstractAsyncContextManager[object]:
+        if self.gates is None:
+            return contextlib.nullcontext()
+        name = unit.cell.provider  # one config per provider name in a plan
+        if name not in self.gates:
+            self.gates[name] = asyncio.Semaphore(unit.provider.concurrency)
+        return self.gates[name]
+
     async def attempt(self, unit: WorkUnit) -> TaskOutput:
-        async with self.slots:
+        async with self._gate(unit), self.slots:
             with self.session.task_dir(unit) as task_dir:
                 output = await self.session.attempt(unit, task_dir)
         # The summary counts the row as written (one that could not be recorded is an error).
@@ -155,7 +172,7 @@ async def execute(
         )
         session = Session(runner, run_id=run_id, store=store, gateway_port=plan.spec.executor.gateway_port)
         bound = local_bound if runner.bounded_by_driver else max(1, len(units))
-        driver = _Driver(plan, session, bound, progress)
+        driver = _Driver(plan, session, bound, progress, by_provider=runner.bounded_by_driver)
         finished = False
         try:
             await runner.check(units)
