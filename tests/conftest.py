@@ -16,6 +16,7 @@ import os
 import random
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,11 +101,20 @@ def pytest_report_header(config: pytest.Config) -> str:
 #: Seconds per test file (setup, call and teardown of its tests): pytest's --durations names the
 #: slowest tests; this names where a tier's time goes, file by file, in every CI log.
 _FILE_SECONDS: dict[str, float] = {}
+#: When each file ran (seconds from the session's start: its first test's setup, its last report) and
+#: on which pytest-xdist worker: a worker idle at the end of the tier, or a file that starts late and
+#: runs long, shows here (CI's budget: bench/ci_budget.py measures how busy the cores were).
+_FILE_SPAN: dict[str, tuple[float, float, str]] = {}
+_SESSION_START = time.monotonic()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     path = report.nodeid.split("::", 1)[0]
     _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+    now = time.monotonic() - _SESSION_START
+    gateway = getattr(getattr(report, "node", None), "gateway", None)  # the worker, under xdist
+    first, _, worker = _FILE_SPAN.get(path, (now - report.duration, 0.0, str(getattr(gateway, "id", "-"))))
+    _FILE_SPAN[path] = (first, now, worker)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -113,7 +123,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     total = sum(_FILE_SECONDS.values())
     terminalreporter.section(f"seconds per test file (summed over workers: {total:.0f} s)")
     for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:25]:
-        terminalreporter.write_line(f"{seconds:8.1f}s  {100 * seconds / total:4.1f}%  {path}")
+        start, end, worker = _FILE_SPAN[path]
+        span = f"{start:5.0f}-{end:.0f} s on {worker}".ljust(22)
+        terminalreporter.write_line(f"{seconds:8.1f}s  {100 * seconds / total:4.1f}%  {span}  {path}")
 
 
 def _unavailable(reason: str) -> None:
