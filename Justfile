@@ -82,6 +82,7 @@ bench: setup
     uv run python bench/overhead.py
     uv run python bench/concurrency.py
     uv run python bench/concurrency.py --provider apptainer
+    uv run python bench/mixed_providers.py
     uv run python bench/footprint.py
     uv run python bench/gateway_latency.py
     uv run python bench/serve_load.py
