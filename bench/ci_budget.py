@@ -80,7 +80,7 @@ def main() -> None:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     starts = {MARKERS[0][0]: time.monotonic()}
-    with args.log.open("w") as log:
+    with args.log.open("w", buffering=1) as log:  # line by line: the log can be followed as it runs
         proc = subprocess.Popen(args.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
         for line in proc.stdout:
