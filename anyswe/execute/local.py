@@ -26,6 +26,7 @@ from anyswe.execute.unit import TaskOutput, WorkUnit, make_unit
 from anyswe.plan import Plan
 from anyswe.results.export import export_run
 from anyswe.results.store import RunStore
+from anyswe.sandbox.slots import ProviderGates
 
 
 @dataclass
@@ -78,12 +79,10 @@ class _Driver:
             raise ValueError("an apply records into its run directory: the session needs its store")
         self.plan, self.session, self.store = plan, session, session.store
         self.slots = asyncio.Semaphore(concurrency)
-        # Each provider's own bound, waited for before a place in the run's: a matrix's tasks come cell
-        # by cell (every docker task, then every apptainer one), and a task that waited for its busy
-        # provider inside one of the run's places kept the other provider's tasks out of it, so a
-        # docker-and-apptainer matrix ran its providers mostly one after the other. (The provider's
-        # slots still bound its sandboxes; Ray's resources bound a cluster's, so no gate there.)
-        self.gates: dict[str, asyncio.Semaphore] | None = {} if by_provider else None
+        # Each provider's own bound, waited for before a place in the run's (ProviderGates: a matrix's
+        # tasks come cell by cell, every docker task, then every apptainer one). Ray's resources bound
+        # a cluster's providers, so no gate there.
+        self.gates = ProviderGates() if by_provider else None
         self.progress = progress
         self.resolved = self.errors = 0
         self.kinds: dict[str, int] = {}
@@ -92,10 +91,7 @@ class _Driver:
     def _gate(self, unit: WorkUnit) -> contextlib.AbstractAsyncContextManager[object]:
         if self.gates is None:
             return contextlib.nullcontext()
-        name = unit.cell.provider  # one config per provider name in a plan
-        if name not in self.gates:
-            self.gates[name] = asyncio.Semaphore(unit.provider.concurrency)
-        return self.gates[name]
+        return self.gates.gate(unit.cell.provider, unit.provider.concurrency)  # one config per name in a plan
 
     async def attempt(self, unit: WorkUnit) -> TaskOutput:
         async with self._gate(unit), self.slots:

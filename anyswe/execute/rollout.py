@@ -14,6 +14,7 @@ removes every sandbox it started.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import uuid
@@ -25,6 +26,7 @@ from pydantic import ValidationError
 
 from anyswe.errors import SpecError, first_problem
 from anyswe.execute.sample import Rollout
+from anyswe.sandbox.slots import ProviderGates
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -65,6 +67,7 @@ class Rollouts:
         self.session = Session(make_runner(executor, address, local, gateway_host), run_id=self.run_id)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self._slots = asyncio.Semaphore(concurrency) if concurrency else None
+        self._gates = ProviderGates()  # a rollout's provider bound, waited for before the session's
         self._checked: set[str] = set()
         self._samples: dict[str, int] = {}
         #: Datasets an instance id was looked up in, loaded once: a server's every request names one, and
@@ -179,7 +182,12 @@ class Rollouts:
         unit = self.unit(instance, **blocks)
         if self._slots is None:
             return await self.run(unit)
-        async with self._slots:
+        gate: contextlib.AbstractAsyncContextManager[object] = contextlib.nullcontext()
+        if self.runner.bounded_by_driver:  # on Ray, the cluster's resources bound each provider type
+            # By name and config, as the worker makes its providers: rollouts may name cells alike.
+            key = f"{unit.cell.provider} {unit.provider.model_dump_json()}"
+            gate = self._gates.gate(key, unit.provider.concurrency)
+        async with gate, self._slots:
             return await self.run(unit)
 
     async def group(

@@ -43,3 +43,22 @@ class Slots:
         sem = self._semaphore()
         await sem.acquire()
         return Slot(sem)
+
+
+class ProviderGates:
+    """Each provider's own bound, to wait for *before* a bound shared by several providers.
+
+    Work comes a provider at a time (a matrix cell by cell, a triage's grades per backend): a job that
+    took a place of the shared bound first and then waited for its busy provider kept the other
+    providers' jobs out of that place, so their sandboxes ran mostly one provider after the other. A
+    gate per provider (named as the spec names it), as large as that provider's concurrency, made on
+    first use in the running event loop. The provider's :class:`Slots` still bound its sandboxes.
+    """
+
+    def __init__(self) -> None:
+        self._gates: dict[str, asyncio.Semaphore] = {}
+
+    def gate(self, provider: str, concurrency: int) -> asyncio.Semaphore:
+        if provider not in self._gates:
+            self._gates[provider] = asyncio.Semaphore(concurrency)
+        return self._gates[provider]
