@@ -11,7 +11,6 @@ and keeps every finished row, which was fsynced as it finished.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import uuid
@@ -26,7 +25,7 @@ from anyswe.execute.unit import TaskOutput, WorkUnit, make_unit
 from anyswe.plan import Plan
 from anyswe.results.export import export_run
 from anyswe.results.store import RunStore
-from anyswe.sandbox.slots import ProviderGates
+from anyswe.sandbox.slots import SharedBound
 
 
 @dataclass
@@ -78,23 +77,16 @@ class _Driver:
         if session.store is None:
             raise ValueError("an apply records into its run directory: the session needs its store")
         self.plan, self.session, self.store = plan, session, session.store
-        self.slots = asyncio.Semaphore(concurrency)
-        # Each provider's own bound, waited for before a place in the run's (ProviderGates: a matrix's
-        # tasks come cell by cell, every docker task, then every apptainer one). Ray's resources bound
-        # a cluster's providers, so no gate there.
-        self.gates = ProviderGates() if by_provider else None
+        # Each provider's own bound is waited for before a place in the run's (a matrix's tasks come
+        # cell by cell); on Ray the cluster's resources bound each provider type.
+        self.slots = SharedBound(concurrency, per_provider=by_provider)
         self.progress = progress
         self.resolved = self.errors = 0
         self.kinds: dict[str, int] = {}
         self.permanent = 0
 
-    def _gate(self, unit: WorkUnit) -> contextlib.AbstractAsyncContextManager[object]:
-        if self.gates is None:
-            return contextlib.nullcontext()
-        return self.gates.gate(unit.cell.provider, unit.provider.concurrency)  # one config per name in a plan
-
     async def attempt(self, unit: WorkUnit) -> TaskOutput:
-        async with self._gate(unit), self.slots:
+        async with self.slots.place(unit.cell.provider, unit.provider.concurrency):  # one config per name
             with self.session.task_dir(unit) as task_dir:
                 output = await self.session.attempt(unit, task_dir)
         # The summary counts the row as written (one that could not be recorded is an error).

@@ -14,7 +14,6 @@ removes every sandbox it started.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import os
 import uuid
@@ -26,7 +25,7 @@ from pydantic import ValidationError
 
 from anyswe.errors import SpecError, first_problem
 from anyswe.execute.sample import Rollout
-from anyswe.sandbox.slots import ProviderGates
+from anyswe.sandbox.slots import SharedBound
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -66,8 +65,10 @@ class Rollouts:
         local = {kind: float(concurrency or os.cpu_count() or 1) for kind in provider_names()}
         self.session = Session(make_runner(executor, address, local, gateway_host), run_id=self.run_id)
         self.run_dir = Path(run_dir) if run_dir is not None else None
-        self._slots = asyncio.Semaphore(concurrency) if concurrency else None
-        self._gates = ProviderGates()  # a rollout's provider bound, waited for before the session's
+        # A rollout's provider bound first, then the session's; on Ray the cluster's resources bound
+        # each provider type.
+        bounded = self.session.runner.bounded_by_driver
+        self._slots = SharedBound(concurrency, per_provider=bounded) if concurrency else None
         self._checked: set[str] = set()
         self._samples: dict[str, int] = {}
         #: Datasets an instance id was looked up in, loaded once: a server's every request names one, and
@@ -182,12 +183,9 @@ class Rollouts:
         unit = self.unit(instance, **blocks)
         if self._slots is None:
             return await self.run(unit)
-        gate: contextlib.AbstractAsyncContextManager[object] = contextlib.nullcontext()
-        if self.runner.bounded_by_driver:  # on Ray, the cluster's resources bound each provider type
-            # By name and config, as the worker makes its providers: rollouts may name cells alike.
-            key = f"{unit.cell.provider} {unit.provider.model_dump_json()}"
-            gate = self._gates.gate(key, unit.provider.concurrency)
-        async with gate, self._slots:
+        # By name and config, as the worker makes its providers: rollouts may name cells alike.
+        key = f"{unit.cell.provider} {unit.provider.model_dump_json()}"
+        async with self._slots.place(key, unit.provider.concurrency):
             return await self.run(unit)
 
     async def group(

@@ -324,7 +324,7 @@ async def triage_async(run_dir: str | Path, *, by: str = "provider", k: int = 5,
     from anyswe.plan import make_plan
     from anyswe.results.tables import task_frame
     from anyswe.sandbox import get_provider
-    from anyswe.sandbox.slots import ProviderGates
+    from anyswe.sandbox.slots import SharedBound
     from anyswe.spec import load_spec
 
     run = Path(run_dir)
@@ -338,11 +338,10 @@ async def triage_async(run_dir: str | Path, *, by: str = "provider", k: int = 5,
         graded = [g for g in store.rows() if g["resolved"] is not None]
         done = {(g["instance_id"], g["patch"], g["provider"], g["rep"]) for g in graded}
         jobs = _jobs(flips, k, done)
-        bound = asyncio.Semaphore(concurrency)
-        gates = ProviderGates()  # the jobs come a backend at a time
+        bound = SharedBound(concurrency)  # the jobs come a backend at a time
 
         async def one(job: Job, patch: str) -> None:
-            async with gates.gate(job[2], providers[job[2]].config.concurrency), bound:
+            async with bound.place(job[2], providers[job[2]].config.concurrency):
                 store.append(await _grade_one(plan, job, patch, providers))
 
         await asyncio.gather(*(one(job, patch) for job, patch in jobs.items()))

@@ -215,7 +215,7 @@ async def _empty_passes(
     from anyswe.execute.grade import grade_async
     from anyswe.images.resolve import ImageResolver
     from anyswe.sandbox import get_provider
-    from anyswe.sandbox.slots import ProviderGates
+    from anyswe.sandbox.slots import SharedBound
 
     done: dict[tuple[str, str, int], str] = {}
     if record.is_file():
@@ -223,12 +223,12 @@ async def _empty_passes(
             entry = json.loads(line)
             done[entry["instance_id"], entry["provider"], entry["pass"]] = entry["verdict"]
     made = {p: get_provider(plan.spec.providers[p].type, plan.spec.providers[p]) for p in providers}
-    resolver, gate, lock = ImageResolver(), asyncio.Semaphore(concurrency), asyncio.Lock()
-    own = ProviderGates()  # an instance's passes come a provider at a time
+    # An instance's passes come a provider at a time: each provider's bound is waited for first.
+    resolver, bound, lock = ImageResolver(), SharedBound(concurrency), asyncio.Lock()
 
     async def one(iid: str, provider: str, n: int) -> None:
         instance = plan.dataset.by_id()[iid]
-        async with own.gate(provider, made[provider].config.concurrency), gate:
+        async with bound.place(provider, made[provider].config.concurrency):
             try:
                 verdict = await grade_async(
                     instance, "", made[provider], dataset=plan.dataset, images=resolver, unpatched=True,

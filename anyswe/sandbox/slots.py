@@ -8,7 +8,9 @@ provider used from successive loops (``run_sync`` in Jupyter) gets a fresh one p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
+from collections.abc import AsyncIterator
 
 
 class Slot:
@@ -45,20 +47,29 @@ class Slots:
         return Slot(sem)
 
 
-class ProviderGates:
-    """Each provider's own bound, to wait for *before* a bound shared by several providers.
+class SharedBound:
+    """A bound shared by several providers' work, each provider's own bound waited for *first*.
 
     Work comes a provider at a time (a matrix cell by cell, a triage's grades per backend): a job that
     took a place of the shared bound first and then waited for its busy provider kept the other
-    providers' jobs out of that place, so their sandboxes ran mostly one provider after the other. A
-    gate per provider (named as the spec names it), as large as that provider's concurrency, made on
-    first use in the running event loop. The provider's :class:`Slots` still bound its sandboxes.
+    providers' jobs out of that place, so they ran mostly one provider after the other. ``place``
+    waits for a place in the provider's gate (as large as its concurrency, made on first use, keyed as
+    the caller names the provider), then for one in the shared bound. ``per_provider=False`` (Ray,
+    whose resources bound each provider type): the shared bound alone. The provider's :class:`Slots`
+    still bound its sandboxes.
     """
 
-    def __init__(self) -> None:
-        self._gates: dict[str, asyncio.Semaphore] = {}
+    def __init__(self, size: int, *, per_provider: bool = True) -> None:
+        self._shared = asyncio.Semaphore(size)
+        self._gates: dict[str, asyncio.Semaphore] | None = {} if per_provider else None
 
-    def gate(self, provider: str, concurrency: int) -> asyncio.Semaphore:
+    @contextlib.asynccontextmanager
+    async def place(self, provider: str, concurrency: int) -> AsyncIterator[None]:
+        if self._gates is None:
+            async with self._shared:
+                yield
+            return
         if provider not in self._gates:
             self._gates[provider] = asyncio.Semaphore(concurrency)
-        return self._gates[provider]
+        async with self._gates[provider], self._shared:
+            yield
