@@ -64,10 +64,20 @@ mypy_cache := env_var_or_default("ANYSWE_CACHE", env_var_or_default("XDG_CACHE_H
 # since the last check on this machine (42 CPU-seconds from nothing, 2 with the cache). mypy validates
 # each module's entry by its source's hash, whatever the clone's path; each check has its own cache.
 lint:
-    uv run ruff check anyswe tests bench notebooks examples
-    uv run ruff format --check anyswe tests bench examples
+    uv run ruff check anyswe tests bench notebooks examples scripts
+    uv run ruff format --check anyswe tests bench examples scripts
     uv run mypy --cache-dir "{{mypy_cache}}/anyswe"
     uv run mypy --cache-dir "{{mypy_cache}}/example" --strict examples/plugins/anyswe-example/anyswe_example
+    uv run mypy --cache-dir "{{mypy_cache}}/scripts" --strict scripts/census.py
+
+# Not in CI (which runs the census command on the demo rows and one real instance): run it before
+# resolving an issue that touches images, grading, a benchmark or a runtime. Resumable
+# (runs/census/<commit>/); `just census --tier pro` runs one tier and prints its table only.
+# The gold census of every real tier (Verified, Multilingual, Pro, built here offline), 2 gold and 2 empty
+# passes per instance on docker and apptainer: its table into docs/real_images.md with command, date, commit.
+census *args: setup
+    bash scripts/provision.sh image-bullseye
+    uv run python scripts/census.py {{args}}
 
 # Remove every leftover anyswe container, instance and overlay.
 gc:

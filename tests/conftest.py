@@ -49,7 +49,7 @@ def needs_containers(item: pytest.Item) -> bool:
 #: longest first, then the rest in their order: the workers end close together.
 LONGEST_FIRST = (
     "e2e/test_real_multilingual.py",
-    "e2e/test_real_multilingual_census.py",
+    "e2e/test_real_multilingual_verdicts.py",
     "e2e/test_cli_agent_edges.py",
     "e2e/test_cli_agents.py",
     "e2e/test_fault_suite.py",

@@ -1,8 +1,8 @@
 """What the two files of the Multilingual tier share: its spec and instances, the images (built once by
 ``prepare images --build``: the image store's per-image file locks make a second worker wait for the
 first's build rather than build again), and swebench's own verdicts by hand (realkit's references,
-made once under a lock and kept). Two files so pytest-xdist runs them on two workers: the census of
-tests/e2e/test_real_multilingual_census.py beside the by-hand runs and the agent of
+made once under a lock and kept). Two files so pytest-xdist runs them on two workers: the verdicts of
+tests/e2e/test_real_multilingual_verdicts.py (anyswe apply of gold and noop) beside the by-hand runs and the agent of
 tests/e2e/test_real_multilingual.py, where one file kept one worker busy for the whole container
 phase of a cold CI run."""
 

@@ -49,27 +49,42 @@ def docker(*argv: str, stdin: str | None = None, timeout: float = 300) -> subpro
     return subprocess.run(["docker", *argv], input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def kept_reference(
+    image: str, inputs: tuple[str, ...], make: Callable[[], tuple[dict[str, Any], bool]]
+) -> dict[str, Any]:
+    """A by-hand run's result on ``image`` from ``inputs`` (the patch, the scripts: everything it is a
+    function of besides the image): kept from an earlier run on the very same image (by its ID), or
+    ``make()``'s (the result, and whether it may be kept), kept when it may (the module's docstring)."""
+    from anyswe.config import cache_dir
+
+    image_id = docker("image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
+    assert image_id.startswith("sha256:"), f"{image}: no such image"
+    key = hashlib.sha256("\0".join((image_id, *inputs)).encode()).hexdigest()
+    kept = cache_dir() / "test-references" / f"{key}.json"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    # One maker per reference across pytest-xdist's workers: two files on one image (the Multilingual
+    # tier's images and verdicts) would otherwise both run the same eval by hand at once.
+    with kept.with_suffix(".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if kept.is_file():
+            return dict(json.loads(kept.read_text()))
+        result, keep = make()
+        if keep:
+            partial = kept.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(json.dumps(result))
+            partial.replace(kept)  # whole or absent: a killed run leaves no half a reference
+        return result
+
+
 def run_by_hand(
     image: str, instance: Instance, patch: str, script: Callable[[Instance], str] = sb.eval_script
 ) -> ByHandRun:
     """swebench's procedure with plain docker: a fresh container, the patch by `git apply -v` (none if
     empty), swebench's eval script by `/bin/bash /eval.sh` with stdout and stderr together; or its
     reference from an earlier run of the same image, patch and script (the module's docstring)."""
-    from anyswe.config import cache_dir
-
     text = script(instance)
-    image_id = docker("image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
-    assert image_id.startswith("sha256:"), f"{image}: no such image"
-    key = hashlib.sha256("\0".join((image_id, patch, text)).encode()).hexdigest()
-    kept = cache_dir() / "test-references" / f"{key}.json"
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    # One maker per reference across pytest-xdist's workers: two files on one image (the Multilingual
-    # tier's images and census) would otherwise both run the same eval by hand at once.
-    with kept.with_suffix(".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if kept.is_file():
-            data = json.loads(kept.read_text())
-            return ByHandRun(**{f.name: data[f.name] for f in dataclasses.fields(ByHandRun)})
+
+    def make() -> tuple[dict[str, Any], bool]:
         run = _run_by_hand(image, patch, text)
         if script is sb.eval_script and not _whole(instance, run):
             # Seen once here: fmt-3248's empty run ended mid-binary (after format_test.prettify_float)
@@ -77,12 +92,11 @@ def run_by_hand(
             # cut off so would fail every later run on the image if kept, so it is run once more, and
             # kept only when whole. (The reference side only: anyswe's gradings are never re-run.)
             run = _run_by_hand(image, patch, text)
-            if not _whole(instance, run):
-                return run  # compared as it is, and not kept
-        partial = kept.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(run.__dict__))
-        partial.replace(kept)  # whole or absent: a killed run leaves no half a reference
-        return run
+            return run.__dict__, _whole(instance, run)  # compared as it is, and kept only when whole
+        return run.__dict__, True
+
+    data = kept_reference(image, (patch, text), make)
+    return ByHandRun(**{f.name: data[f.name] for f in dataclasses.fields(ByHandRun)})
 
 
 def gold_and_empty_by_hand(images: dict[str, str], instances: dict[str, Instance]) -> dict[str, dict[str, ByHandRun]]:
@@ -172,27 +186,33 @@ def apply_spec(spec: Path, run_dir: Path, *sets: str) -> dict[tuple[str, str, st
     return found
 
 
+def task_report(run_dir: Path, row: TaskResult) -> dict[str, Any]:
+    """The ``report.json`` a run wrote for ``row``'s task (swebench's shape), its instance's entry."""
+    return dict(json.loads((run_dir / "tasks" / row.key / "report.json").read_text())[row.instance_id])
+
+
 # -- the gold census ---------------------------------------------------------------------------------
+# The census of every real tier (--passes 2, both runtimes) is `just census` (scripts/census.py), run
+# before an issue that touches images, grading, a benchmark or a runtime is resolved; CI runs the
+# command itself on the demo rows (tests/e2e/test_gold_check.py) and on one real instance.
 
 
-def census_cli(spec: Path, root: Path) -> str:
-    """``anyswe gold-check`` as a user runs it, one pass per provider, into ``root/census`` (the exclusion
-    list: ``root/exclusions.yaml``); what it printed."""
-    argv = [*ANYSWE, "gold-check", str(spec), "--passes", "1", "--run-dir", str(root / "census")]
+def census_cli(spec: Path, root: Path, *sets: str, passes: int = 1) -> str:
+    """``anyswe gold-check`` as a user runs it, ``passes`` passes per provider, into ``root/census`` (the
+    exclusion list: ``root/exclusions.yaml``); ``sets``: its ``--set`` overrides; what it printed."""
+    overrides = [arg for a in sets for arg in ("--set", a)]
+    argv = [*ANYSWE, "gold-check", str(spec), "--passes", str(passes), "--run-dir", str(root / "census"), *overrides]
     r = subprocess.run([*argv, "-o", str(root / "exclusions.yaml")], capture_output=True, text=True, timeout=5400)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     return r.stdout
 
 
-def census_gold_rows(census: Path) -> dict[tuple[str, str], TaskResult]:
-    """(instance_id, provider) -> the census's gold pass."""
-    return {(row.instance_id, row.provider): row for row in read_results(census / "results.jsonl")}
-
-
-def census_empty(census: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """(instance_id, provider) -> the census's empty pass (its verdict and tests' statuses)."""
-    lines = [json.loads(line) for line in (census / "empty.jsonl").read_text().splitlines()]
-    return {(e["instance_id"], e["provider"]): e for e in lines}
+def census_empty(census: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(instance_id, provider) -> the census's empty passes (each one's verdict and tests' statuses), in pass order."""
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for e in sorted(map(json.loads, (census / "empty.jsonl").read_text().splitlines()), key=lambda e: e["pass"]):
+        out.setdefault((e["instance_id"], e["provider"]), []).append(e)
+    return out
 
 
 def assert_census(
@@ -201,9 +221,10 @@ def assert_census(
     providers: tuple[str, ...],
     printed: str,
     broken: dict[str, set[str]] | None = None,
+    passes: int = 1,
 ) -> None:
-    """Every instance in its bucket on every provider, one gold and one empty pass as its evidence: supported,
-    or (``broken``: instance -> the tests gold fails) broken and excluded with those tests."""
+    """Every instance in its bucket on every provider, ``passes`` gold and empty passes as its evidence:
+    supported, or (``broken``: instance -> the tests gold fails) broken and excluded with those tests."""
     from anyswe.datasets.exclusions import read_exclusions
 
     broken = broken or {}
@@ -211,12 +232,12 @@ def assert_census(
     assert sorted(evidence) == sorted((i, p) for i in ids for p in providers)
     for (iid, provider), entry in evidence.items():
         if iid in broken:
-            expected = ("broken", ["unresolved"], ["unresolved"], broken[iid])
+            expected = ("broken", ["unresolved"] * passes, ["unresolved"] * passes, broken[iid])
         else:
-            expected = ("supported", ["resolved"], ["unresolved"], set())
+            expected = ("supported", ["resolved"] * passes, ["unresolved"] * passes, set())
         assert (entry["bucket"], entry["gold"], entry["empty"], set(entry["failing"])) == expected, (iid, provider)
     found = read_exclusions(census.parent / "exclusions.yaml")
-    assert sorted(found.checked_on) == sorted(providers) and found.passes == 1
+    assert sorted(found.checked_on) == sorted(providers) and found.passes == passes
     assert {e.instance_id: {p: set(t) for p, t in e.failing.items()} for e in found.exclude} == {
         i: dict.fromkeys(providers, tests) for i, tests in broken.items()
     }

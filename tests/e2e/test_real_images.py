@@ -21,7 +21,6 @@ missing, and skip elsewhere. Select the tier with ``-m real_images``.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -34,9 +33,9 @@ from realkit import (
     by_hand_verdicts_of,
     census_cli,
     census_empty,
-    census_gold_rows,
     docker,
     gold_and_empty_by_hand,
+    task_report,
 )
 
 from anyswe.datasets.instance import Instance
@@ -44,8 +43,8 @@ from anyswe.grading import diffs
 from anyswe.grading import swebench as sb
 from anyswe.results.schema import TaskResult
 
-# A session fixture's setup counts to its first test's timeout: the census grades every instance twice
-# per runtime (redis's eval rebuilds it: 89 s idle), far past the default 900 s on busy CPUs.
+# A session fixture's setup counts to its first test's timeout: a cold run builds the images and runs
+# every eval by hand before the first test, far past the default 900 s on busy CPUs.
 pytestmark = [pytest.mark.containers, pytest.mark.real_images, pytest.mark.timeout(3600)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -208,11 +207,14 @@ def test_a_failing_build_step_shows_its_own_output(bullseye_image: str) -> None:
     assert "the-step-said-this" in str(exc.value) and "the whole env build's output" in str(exc.value)
 
 
-# -- anyswe's own verdicts on docker and apptainer: the gold census, and `anyswe apply` -----------------
+# -- anyswe's own verdicts on docker and apptainer: `anyswe apply` of gold and noop, and the census ---
 
 PROVIDERS = ("docker", "apptainer")
 #: One pytest and one sphinx instance for the agents: each agent on each runtime must resolve both.
 AGENT_IDS = ("pytest-dev__pytest-7490", "sphinx-doc__sphinx-10466")
+#: The instance of the census run in CI (two passes per runtime; `just census` runs every tier's): the
+#: cheapest eval of the tier (9-10 s by hand).
+CENSUS_ID = "pytest-dev__pytest-5631"
 AGENTS_SPEC = """\
 name: real-images-agents
 dataset:
@@ -239,19 +241,13 @@ timeouts: {{agent: 600, grading: 1800}}
 
 
 @pytest.fixture(scope="session")
-def real_census(real_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """``anyswe gold-check specs/real_images.yaml``, one gold and one empty pass per instance and provider."""
-    root = tmp_path_factory.mktemp("real-images-census")
-    printed = census_cli(SPEC, root)
-    return root / "census", printed
-
-
-@pytest.fixture(scope="session")
-def anyswe_noop(
+def anyswe_run(
     real_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-) -> dict[tuple[str, str, str], TaskResult]:
-    """specs/real_images.yaml applied with its noop agent: docker and apptainer over the 7 images."""
-    return apply_spec(SPEC, tmp_path_factory.mktemp("real-images-noop") / "run", "matrix.agents=[noop]")
+) -> tuple[Path, dict[tuple[str, str, str], TaskResult]]:
+    """``anyswe apply specs/real_images.yaml``: gold and noop on docker and apptainer over the 7 images;
+    its run directory and (agent, provider, instance_id) -> row."""
+    run_dir = tmp_path_factory.mktemp("real-images-run") / "run"
+    return run_dir, apply_spec(SPEC, run_dir)
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -259,51 +255,61 @@ def anyswe_noop(
 def test_anyswe_gold_equals_swebench_by_hand(
     instance_id: str,
     provider: str,
-    real_census: tuple[Path, str],
+    anyswe_run: tuple[Path, dict[tuple[str, str, str], TaskResult]],
     by_hand_verdicts: dict[str, Any],
     real_instances: dict[str, Instance],
 ) -> None:
-    census, _ = real_census
-    row = census_gold_rows(census)[instance_id, provider]
+    run_dir, rows = anyswe_run
+    row = rows["gold", provider, instance_id]
     expected = by_hand_verdicts[instance_id]["gold"]
     assert row.error_kind is None and not row.mask_sample, row.error
     assert row.resolved is expected["resolved"]
-    report = json.loads((census / "tasks" / row.key / "report.json").read_text())[instance_id]
-    assert report["tests_status"] == expected["tests_status"]
+    assert task_report(run_dir, row)["tests_status"] == expected["tests_status"]
     # Captured against the setup commit: the gold patch's files only, never the reverse of the setup edits.
     assert diffs.touched_files(row.model_patch) == diffs.touched_files(real_instances[instance_id].patch)
     assert row.applied_by == "git apply --verbose"
     if instance_id.startswith("sphinx-doc__"):
-        log = (census / "tasks" / row.key / "test_output.txt").read_text()
+        log = (run_dir / "tasks" / row.key / "test_output.txt").read_text()
         # The setup commit's tox.ini edit in force: tox's echo of its pytest command, and -rA's lines.
         assert "-m pytest -rA" in log and "PASSED tests/" in re.sub(r"\x1b\[[0-9;]*m", "", log)
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("instance_id", REAL_IDS)
-def test_anyswe_empty_and_noop_equal_swebench_by_hand(
+def test_anyswe_noop_equals_swebench_by_hand(
     instance_id: str,
     provider: str,
-    real_census: tuple[Path, str],
-    anyswe_noop: dict[tuple[str, str, str], TaskResult],
+    anyswe_run: tuple[Path, dict[tuple[str, str, str], TaskResult]],
     by_hand_verdicts: dict[str, Any],
 ) -> None:
-    census, _ = real_census
-    # The census's empty pass ran the tests on the image as built, as the by-hand empty run did.
-    empty = census_empty(census)[instance_id, provider]
-    assert empty["verdict"] == "unresolved"
-    assert empty["tests_status"] == by_hand_verdicts[instance_id]["empty"]["tests_status"]
-    # The noop agent's empty patch: unresolved without running anything, as swebench scores it.
-    row = anyswe_noop["noop", provider, instance_id]
+    # The noop agent's empty patch: unresolved without running anything, as swebench scores it; the
+    # tests' own verdict without the fix is the by-hand empty run's (test_an_empty_patch_does_not_resolve).
+    row = anyswe_run[1]["noop", provider, instance_id]
     assert row.error_kind is None and not row.mask_sample, row.error
     assert row.model_patch == "" and not row.patch_exists
     assert row.resolved is by_hand_verdicts[instance_id]["empty"]["resolved"] is False
 
 
-def test_the_census_buckets_every_instance_with_its_evidence(real_census: tuple[Path, str]) -> None:
-    # sphinx-10323's gold fails two PASS_TO_PASS tests with today's packages: broken, on both runtimes alike.
+@pytest.fixture(scope="session")
+def real_census(real_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``anyswe gold-check specs/real_images.yaml --passes 2`` over one instance: its directory and what it printed."""
+    root = tmp_path_factory.mktemp("real-images-census")
+    printed = census_cli(SPEC, root, f"dataset.instance_ids=[{CENSUS_ID}]", passes=2)
+    return root / "census", printed
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_the_census_of_a_real_instance_equals_swebench_by_hand(
+    provider: str, real_census: tuple[Path, str], by_hand_verdicts: dict[str, Any]
+) -> None:
     census, printed = real_census
-    assert_census(census, REAL_IDS, PROVIDERS, printed, broken=GOLD_FAILS)
+    assert_census(census, (CENSUS_ID,), PROVIDERS, printed, passes=2)
+    # Each empty pass ran the tests on the image as built, as the by-hand empty run did.
+    empty = census_empty(census)[CENSUS_ID, provider]
+    assert [e["pass"] for e in empty] == [0, 1]
+    for entry in empty:
+        assert entry["verdict"] == "unresolved"
+        assert entry["tests_status"] == by_hand_verdicts[CENSUS_ID]["empty"]["tests_status"]
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """Real SWE-bench Multilingual C, C++ and JavaScript instance images, built here offline, graded by hand
 with swebench's own tools, and an agent on them through ``anyswe apply`` on docker and apptainer.
-anyswe's gold census of the same images is tests/e2e/test_real_multilingual_census.py (what the two
+anyswe's own gold and noop verdicts on the same images are tests/e2e/test_real_multilingual_verdicts.py (what the two
 share: tests/e2e/mlkit.py).
 
 The images come from ``anyswe prepare images specs/multilingual.yaml --build --repo-mirror

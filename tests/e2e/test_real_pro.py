@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from realkit import apply_spec, assert_census, census_cli, census_empty, census_gold_rows, docker
+from realkit import apply_spec, docker, kept_reference, task_report
 
 from anyswe.datasets.instance import Instance
 from anyswe.grading import diffs
 from anyswe.results.schema import TaskResult
 
-# A session fixture's setup counts to its first test's timeout: the census grades every instance twice
-# per runtime (redis's eval rebuilds it: 89 s idle), far past the default 900 s on busy CPUs.
+# A session fixture's setup counts to its first test's timeout: a cold run builds the images and runs
+# Pro's procedure by hand before the first test, far past the default 900 s on busy CPUs.
 pytestmark = [pytest.mark.containers, pytest.mark.real_images, pytest.mark.timeout(3600)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -74,18 +74,31 @@ def _entryscript(pro_root: Path, raw: dict[str, Any], monkeypatch: pytest.Monkey
 
 
 def by_hand(image: str, raw: dict[str, Any], pro_root: Path, patch: str, entry: str) -> dict[str, Any]:
-    """Pro's procedure with plain docker; its verdict by its rule, and the tests output.json says PASSED."""
+    """Pro's procedure with plain docker; its verdict by its rule, and the tests output.json says PASSED
+    (kept for the same image, patch and scripts, as realkit keeps swebench's: ``kept_reference``)."""
+    scripts = pro_root / "assets" / "run_scripts" / raw["instance_id"]
+    files = {
+        "patch.diff": patch,
+        "run_script.sh": (scripts / "run_script.sh").read_text(),
+        "parser.py": (scripts / "parser.py").read_text(),
+        "entryscript.sh": entry,
+    }
+    wanted = set(ast.literal_eval(raw["fail_to_pass"])) | set(ast.literal_eval(raw["pass_to_pass"]))
+
+    def make() -> tuple[dict[str, Any], bool]:
+        passed = _run_by_hand(image, files)
+        return {"resolved": wanted <= passed, "passed": sorted(passed & wanted)}, True
+
+    found = kept_reference(image, ("pro", *files.values()), make)
+    return {"resolved": found["resolved"], "passed": set(found["passed"])}
+
+
+def _run_by_hand(image: str, files: dict[str, str]) -> set[str]:
+    """The tests ``output.json`` says PASSED after Pro's entry script ran in a fresh container of ``image``."""
     started = docker("run", "-d", "--network", "none", "--entrypoint", "sleep", image, "infinity")
     assert started.returncode == 0, started.stderr
     container = started.stdout.strip()
-    scripts = pro_root / "assets" / "run_scripts" / raw["instance_id"]
     try:
-        files = {
-            "patch.diff": patch,
-            "run_script.sh": (scripts / "run_script.sh").read_text(),
-            "parser.py": (scripts / "parser.py").read_text(),
-            "entryscript.sh": entry,
-        }
         for name, text in files.items():
             put = docker(
                 "exec", "-i", container, "bash", "-c", f"mkdir -p /workspace && cat > /workspace/{name}", stdin=text
@@ -96,9 +109,7 @@ def by_hand(image: str, raw: dict[str, Any], pro_root: Path, patch: str, entry: 
         output = json.loads(out.stdout) if out.returncode == 0 else {"tests": []}
     finally:
         docker("rm", "-f", container)
-    passed = {t["name"] for t in output["tests"] if t["status"] == "PASSED"}
-    wanted = set(ast.literal_eval(raw["fail_to_pass"])) | set(ast.literal_eval(raw["pass_to_pass"]))
-    return {"resolved": wanted <= passed, "passed": passed & wanted}
+    return {t["name"] for t in output["tests"] if t["status"] == "PASSED"}
 
 
 @pytest.fixture(scope="session")
@@ -143,18 +154,13 @@ def test_gold_resolves_by_pros_own_procedure_and_an_empty_patch_does_not(
 
 
 @pytest.fixture(scope="session")
-def pro_census(pro_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """``anyswe gold-check specs/pro.yaml``, one gold and one empty pass per instance and provider."""
-    root = tmp_path_factory.mktemp("pro-census")
-    printed = census_cli(SPEC, root)
-    return root / "census", printed
-
-
-@pytest.fixture(scope="session")
-def pro_noop(
+def pro_run(
     pro_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-) -> dict[tuple[str, str, str], TaskResult]:
-    return apply_spec(SPEC, tmp_path_factory.mktemp("pro-noop") / "run", "matrix.agents=[noop]")
+) -> tuple[Path, dict[tuple[str, str, str], TaskResult]]:
+    """``anyswe apply specs/pro.yaml``: gold and noop on docker and apptainer; its directory and rows.
+    (The census of these instances, gold and empty passes, is ``just census``'s.)"""
+    run_dir = tmp_path_factory.mktemp("pro-run") / "run"
+    return run_dir, apply_spec(SPEC, run_dir)
 
 
 def _passed(status: dict[str, Any]) -> set[str]:
@@ -163,36 +169,25 @@ def _passed(status: dict[str, Any]) -> set[str]:
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("instance_id", IDS)
-def test_anyswe_gold_and_empty_equal_pros_own_procedure(
+def test_anyswe_gold_and_noop_equal_pros_own_procedure(
     instance_id: str,
     provider: str,
-    pro_census: tuple[Path, str],
-    pro_noop: dict[tuple[str, str, str], TaskResult],
+    pro_run: tuple[Path, dict[tuple[str, str, str], TaskResult]],
     pro_by_hand: dict[str, Any],
     pro_instances: dict[str, Instance],
 ) -> None:
-    census, _ = pro_census
-    gold = census_gold_rows(census)[instance_id, provider]
+    run_dir, rows = pro_run
+    gold = rows["gold", provider, instance_id]
     assert gold.error_kind is None and not gold.mask_sample, gold.error
     assert gold.resolved is pro_by_hand[instance_id]["gold"]["resolved"]
-    status = json.loads((census / "tasks" / gold.key / "report.json").read_text())[instance_id]["tests_status"]
-    assert _passed(status) == pro_by_hand[instance_id]["gold"]["passed"]
+    assert _passed(task_report(run_dir, gold)["tests_status"]) == pro_by_hand[instance_id]["gold"]["passed"]
     assert gold.applied_by == "git apply -v"
     assert diffs.touched_files(gold.model_patch) == diffs.touched_files(pro_instances[instance_id].patch)
-    # The census's empty pass: Pro's run script on the image as built, the same tests passing as by hand.
-    empty = census_empty(census)[instance_id, provider]
-    assert (
-        empty["verdict"] == "unresolved"
-        and _passed(empty["tests_status"]) == pro_by_hand[instance_id]["empty"]["passed"]
-    )
-    noop = pro_noop["noop", provider, instance_id]
+    # The noop agent's empty patch: unresolved without running anything; Pro's run script on the image
+    # with no patch is the by-hand empty run's (test_gold_resolves_by_pros_own_procedure_...).
+    noop = rows["noop", provider, instance_id]
     assert noop.error_kind is None and not noop.mask_sample, noop.error
     assert noop.resolved is pro_by_hand[instance_id]["empty"]["resolved"] is False
-
-
-def test_the_census_puts_both_instances_in_supported_with_their_evidence(pro_census: tuple[Path, str]) -> None:
-    census, printed = pro_census
-    assert_census(census, IDS, PROVIDERS, printed)
 
 
 AGENT_SPEC = """\

@@ -1,0 +1,80 @@
+"""scripts/census.py (`just census`): the table it writes from each tier's census.jsonl, and where."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "census.py"
+
+
+@pytest.fixture(scope="module")
+def census() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("census_script", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _line(iid: str, provider: str, bucket: str, gold: list[str], empty: list[str], **more: object) -> str:
+    entry = {"instance_id": iid, "provider": provider, "bucket": bucket, "why": None, "gold": gold, "empty": empty}
+    return json.dumps({**entry, "failing": [], **more})
+
+
+def test_the_table_has_every_instance_and_runtime_and_says_why_one_is_not_supported(
+    census: ModuleType, tmp_path: Path
+) -> None:
+    pro = "instance_ansible__ansible-5f4e332e3762999d94af27746db29ff1729252c1-v0f01c69f1e2528b935359cfe578530722bca2c59"
+    lines = [
+        _line("a__b-1", "docker", "supported", ["resolved"] * 2, ["unresolved"] * 2),
+        _line("a__b-1", "apptainer", "supported", ["resolved"] * 2, ["unresolved"] * 2),
+        _line(
+            "a__b-2",
+            "docker",
+            "broken",
+            ["unresolved"] * 2,
+            ["unresolved"] * 2,
+            why="gold patch does not resolve",
+            failing=["t1", "t2", "t3", "t4", "t5"],
+        ),
+        _line("a__b-2", "apptainer", "no-verdict", ["error: infra", "resolved"], ["unresolved"] * 2),
+        _line(pro, "docker", "flaky", ["resolved", "unresolved"], ["unresolved"] * 2, why="flaky: gold resolved 1/2"),
+    ]
+    (tmp_path / "census.jsonl").write_text("\n".join(lines) + "\n")
+    found = census.evidence_rows(tmp_path / "census.jsonl")
+    tier = census.TIERS[0]
+    text = census.table([(tier, found)])
+    rows = text.splitlines()[2:]
+    assert len(rows) == 3
+    assert rows[0].startswith("| Verified | a__b-1 | supported | supported | 2/2 / 2/2 | 0/2 / 0/2 | - |")
+    assert "| broken | no-verdict |" in rows[1]
+    assert "docker: gold patch does not resolve (`t1`, `t2`, `t3`, `t4` and 1 more)" in rows[1]
+    assert "apptainer: error: infra" in rows[1]
+    # Pro's long ids by repository and commit; a runtime it did not run on says so.
+    assert rows[2].startswith("| Verified | ansible-5f4e332e | flaky | not run | 1/2 / 0/0 |"), rows[2]
+    said = census.summary([(tier, found)])
+    assert "Verified on docker: 1 supported, 1 broken, 1 flaky" in said
+    assert "Verified on apptainer: 1 supported, 1 no-verdict, 1 not run" in said
+
+
+def test_the_table_goes_between_the_markers_and_nothing_else_changes(census: ModuleType, tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"# head\n\n{census.BEGIN}\nold table\n{census.END}\n\ntail\n")
+    census.write_doc("new table", doc)
+    census.write_doc("newer table", doc)
+    assert doc.read_text() == f"# head\n\n{census.BEGIN}\nnewer table\n{census.END}\n\ntail\n"
+    doc.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="no census markers"):
+        census.write_doc("x", doc)
+
+
+def test_the_real_images_doc_has_the_markers(census: ModuleType) -> None:
+    text = census.DOC.read_text()
+    assert text.count(census.BEGIN) == 1 and text.count(census.END) == 1
