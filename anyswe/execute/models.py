@@ -96,6 +96,8 @@ def settle(output: TaskOutput, used: Grant, task_dir: Path, model: ModelSpec | N
     unfailed = not outcome.failures
     if used.unrecorded is not None and unfailed:
         failure = Failure(kind="infra", source="grant", message=used.unrecorded)
+    elif used.unrecordable is not None and unfailed:
+        failure = Failure(kind="agent", source="grant", message=used.unrecordable)
     elif used.unavailable is not None and (gave_up or used.down is not None) and unfailed:
         # The model could not be reached (a dead endpoint, an outage): the sample says nothing about
         # the agent; run it again (in the apply's retries, and by the next apply). A model the gateway

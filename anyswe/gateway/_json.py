@@ -22,16 +22,39 @@ _DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 _LONG_RUN = b"0" * 19
 
 
+#: How deeply a request body may nest: orjson writes no deeper, so a deeper body is one whose call
+#: could not be written as a trajectory step (real requests nest a few levels, a tool's schema a dozen).
+MAX_DEPTH = 254
+
+
 def loads(raw: bytes) -> Any:
-    """``raw`` (UTF-8 JSON) as ``json.loads`` reads it; its errors are ``json.loads``'s (ValueError)."""
+    """``raw`` (UTF-8 JSON) as ``json.loads`` reads it; its errors are ``json.loads``'s (ValueError),
+    and a body nested past what Python's parser recurses into is one too."""
     import orjson
 
     if _LONG_RUN not in raw.translate(_DIGITS):
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
-            pass  # the standard library's reading or its error, whichever it is
-    return json.loads(raw)
+            pass  # the standard library's reading or its error, whichever it is (orjson stops at 1024 levels)
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("the JSON nests deeper than can be read") from None
+
+
+def loads_request(raw: bytes) -> Any:
+    """A request body: :func:`loads`, and no deeper than :data:`MAX_DEPTH` (a ValueError, the agent's 400:
+    such a call could not be recorded). orjson's encoder finds the depth in C (a tenth of the parse)."""
+    import orjson
+
+    value = loads(raw)
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:  # also an integer past 64 bits or a lone surrogate: dumps' fallback
+        if "Recursion limit" in str(exc):
+            raise ValueError(f"the request body nests deeper than {MAX_DEPTH} levels") from None
+    return value
 
 
 def dumps(obj: Any) -> bytes:

@@ -103,8 +103,10 @@ class Grant:
     #: :data:`UNREACHABLE_CALLS` of them, why the gateway answers this task's calls no more.
     unreachable_streak: int = 0
     down: str | None = None
-    #: Why a call could not be recorded (the host's disk): the task's trajectory is incomplete.
+    #: Why a call could not be recorded (the host's disk): the task's trajectory is incomplete (infra).
     unrecorded: str | None = None
+    #: Why a call could not be made a trajectory step because of what the agent sent: its own failure.
+    unrecordable: str | None = None
     active: bool = True
     #: Calls admitted whose upstream has not answered yet, and the tokens they hold.
     pending_calls: int = 0

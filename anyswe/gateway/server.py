@@ -26,7 +26,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from anyswe.gateway._json import loads
+from anyswe.gateway._json import loads_request
 from anyswe.gateway.errors import UpstreamError, UpstreamRefused
 from anyswe.gateway.grants import Budget, Grant, Limits
 from anyswe.gateway.protocols import match_path, routes
@@ -295,12 +295,12 @@ class Gateway:
             return raw
         prior = grant.chat_read
         try:
-            body = loads(raw)
+            body = loads_request(raw)
             if fields and isinstance(body, dict):
                 body = {**body, **fields}
             conv = read_request(protocol, body, known=prior[1:] if prior is not None else None)
-        except (WireError, ValueError) as exc:
-            return self._error(protocol, 400, str(exc), "invalid_request_error")
+        except (WireError, ValueError, TypeError, RecursionError) as exc:  # what the agent sent: its 400
+            return self._error(protocol, 400, str(exc)[:500], "invalid_request_error")
         grant.reads += 1
         seq = grant.reads
         if protocol == "openai-chat" and isinstance(sent := body.get("messages"), list):

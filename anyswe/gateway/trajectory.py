@@ -168,6 +168,10 @@ def flush(grant: Grant) -> None:
         return
     try:
         lines = b"".join(record_line(grant, call) for call in calls)
+    except (ValueError, TypeError, RecursionError) as exc:
+        # What the agent sent cannot be written as a step: the agent's failure, never a free attempt more.
+        grant.unrecordable = grant.unrecordable or f"a call the agent made cannot be recorded: {str(exc)[:300]}"
+        return
     except Exception as exc:  # a step this gateway cannot write is a trajectory it does not have
         grant.unrecorded = grant.unrecorded or f"the gateway could not make a trajectory step: {exc!r}"
         return
@@ -332,12 +336,16 @@ def _read_line(line: bytes, index: int) -> Step:
         row = json.loads(text)
     except json.JSONDecodeError as exc:
         raise _Unreadable(f"not JSON ({exc.msg}: column {exc.colno})") from None
+    except RecursionError:
+        raise _Unreadable("not a step (JSON nested deeper than can be read)") from None
     if not isinstance(row, dict):
         raise _Unreadable(f"not a step (a JSON {type(row).__name__}, not an object)")
     try:
         return Step.model_validate(row) if "schema_version" in row else _old_row(row, index)
     except ValidationError as exc:
         raise _Unreadable(f"not a step ({first_problem(exc)})") from None
+    except RecursionError:
+        raise _Unreadable("not a step (nested deeper than can be read)") from None
 
 
 def _transcript_results(task_dir: Path, files: Mapping[str, str] | None) -> dict[str, tuple[str, bool]]:

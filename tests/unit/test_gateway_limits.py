@@ -393,3 +393,67 @@ async def test_a_client_that_sends_its_body_slowly_gets_a_timeout_and_is_disconn
         writer.close()
         assert got.startswith(b"HTTP/1.1 408") and b'"type": "timeout_error"' in got
         assert gw.revoke(token).calls == 0
+
+
+@pytest.mark.parametrize("depth", [300, 1000, 5000])
+async def test_a_request_nested_past_what_a_step_can_hold_is_a_400_and_nothing_is_lost(
+    tmp_path: Path, depth: int
+) -> None:
+    """About 1,000 levels were accepted, then could not be written as a trajectory step: the task was
+    infra, masked and run again (a free re-roll the agent could buy). Now the agent gets a 400, and a
+    call it makes after is answered and recorded as any other."""
+    async with Gateway() as gw:
+        await gw.start()
+        token = gw.grant("t", "m", ScriptedModel(["ls"]), trajectory=tmp_path / "traj.jsonl")
+        nested = "[" * depth + "]" * depth
+        deep = '{"model": "m", "messages": [{"role": "user", "content": "hi"}], "metadata": ' + nested + "}"
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as session:
+            url = gw.url() + "/v1/chat/completions"
+            async with session.post(url, data=deep, headers=headers) as r:
+                assert r.status == 400, await r.text()
+                assert "nests deeper" in (await r.json())["error"]["message"]
+            async with session.post(url, data=json.dumps(_body("openai-chat", False)), headers=headers) as r:
+                assert r.status == 200
+        used = gw.revoke(token)
+        assert used.calls == 1 and used.unrecorded is None and used.unrecordable is None
+    assert len((tmp_path / "traj.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_step_the_agents_content_keeps_from_being_written_is_the_agents_failure(tmp_path: Path) -> None:
+    """What the agent sent that cannot become a step (here: past Python's recursion, built directly) is the
+    agent's failure, one attempt; the host's disk failing to take it is the gateway's (infra)."""
+    from anyswe.gateway.grants import Grant
+    from anyswe.gateway.trajectory import Answered, flush
+    from anyswe.gateway.wire import read_request
+
+    body = _body("openai-chat", False)
+    conv = read_request("openai-chat", body)
+    deep: Any = []
+    for _ in range(5000):
+        deep = [deep]
+    grant = Grant(key="t", model="m", upstream=ScriptedModel(["ls"]), trajectory=tmp_path / "traj.jsonl")
+    reply = ScriptedModel(["ls"]).reply(conv)
+    grant.unwritten.append(Answered("openai-chat", {**body, "metadata": deep}, conv, reply, 0.0, 0.0, 1, None))
+    flush(grant)
+    assert grant.unrecorded is None and grant.unrecordable is not None
+    assert "cannot be recorded" in grant.unrecordable
+    # The grant settles it into the attempt as the agent's own failure: counted, not masked, not run again.
+    from anyswe.execute.models import settle
+    from anyswe.execute.outcome import Outcome
+    from anyswe.execute.record import Identity, Record
+    from anyswe.execute.unit import TaskOutput
+
+    identity = Identity(key=f"{0:016x}__i", cell="a.m.p", agent="a", provider="p", instance_id="i")
+    row = settle(TaskOutput(Outcome(record=Record(identity), tests_resolved=False)), grant, tmp_path).result
+    assert (row.error_kind, row.mask_sample, row.retryable) == ("agent", False, False), row.error
+
+
+def test_a_trajectory_line_nested_past_pythons_parser_is_a_located_problem(tmp_path: Path) -> None:
+    from anyswe.gateway.trajectory import read_trajectory
+
+    path = tmp_path / "trajectory.jsonl"
+    path.write_text("[" * 5000 + "]" * 5000 + "\n")
+    problems: list[str] = []
+    assert read_trajectory(path, problems=problems) == []
+    assert problems == [f"{path}:1: not a step (JSON nested deeper than can be read)"]
