@@ -320,12 +320,22 @@ async def kept_if_checked(tag: str, check: Awaitable[object]) -> None:
 
 # -- what a built image holds ----------------------------------------------------------------------
 
+# What /testbed holds, as swebench's repo script (make_repo_script_list_py) checks it and leaves it: no
+# commit reachable after the base commit's time but the setup commit (its own `git log --all --since`),
+# no tag whose commit's `%ci` compares after the base's as a string (the tags it deletes, compared as it
+# compares them). Commits not in the base's history yet older (a maintenance branch's release tags)
+# stay, as in the official images, and are `after_base`: what the seal takes out of an agent's sight.
 _FACTS = """set -e
 cd {workdir}
 echo "head=$(git rev-parse HEAD)"
 echo "parent=$(git rev-parse HEAD^)"
 echo "subject=$(git log -1 --format=%s HEAD)"
 echo "after_base=$(git rev-list --all --not {base} | tr '\\n' ' ')"
+target=$(git show -s --format=%ci {base})
+since=$(date -d "$target + 1 second" '+%Y-%m-%d %H:%M:%S')
+echo "later=$(git log --all --since="$since" --format=%H | tr '\\n' ' ')"
+echo "later_tags=$(git for-each-ref --format='%(refname:short)' refs/tags | while read -r t; do
+  [[ "$(git show -s --format=%ci "$(git rev-list -n 1 "$t")")" > "$target" ]] && echo "$t"; done | tr '\\n' ' ')"
 echo "changed=$(git diff --name-only {base} HEAD | tr '\\n' ' ')"
 echo "refs=$(git for-each-ref --format='%(refname)' | grep -v '^refs/tags/' | tr '\\n' ' ')"
 echo "dirty=$(git status --porcelain --untracked-files=no | wc -l)"
@@ -334,7 +344,9 @@ echo "dirty=$(git status --porcelain --untracked-files=no | wc -l)"
 
 async def image_facts(tag: str, base_commit: str, workdir: str = "/testbed") -> dict[str, str | list[str]]:
     """What ``/testbed`` in ``tag`` holds: HEAD, its parent and subject, the commits not in the base
-    commit's history (``after_base``), the files the setup commit changed, the refs but tags."""
+    commit's history (``after_base``), those committed after it (``later``) and the tags whose commit's
+    date is after its (``later_tags``, as swebench compares them), the files the setup commit changed,
+    the refs but tags."""
     script = _FACTS.format(base=base_commit, workdir=workdir)
     r = await run_in_image(tag, script, timeout=300)
     if r.exit_code != 0 or r.timed_out:
@@ -344,21 +356,24 @@ async def image_facts(tag: str, base_commit: str, workdir: str = "/testbed") -> 
     facts: dict[str, str | list[str]] = {}
     for line in r.stdout.decode().splitlines():
         key, _, value = line.partition("=")
-        facts[key] = value.split() if key in ("after_base", "changed", "refs") else value.strip()
+        facts[key] = value.split() if key in ("after_base", "later", "later_tags", "changed", "refs") else value.strip()
     return facts
 
 
 async def check_instance_image(tag: str, instance: Instance) -> dict[str, str | list[str]]:
     """Fail unless ``tag``'s ``/testbed`` is as swebench leaves it: HEAD is the "SWE-bench" setup commit,
-    its parent the base commit, and no other commit after the base commit is reachable."""
+    its parent the base commit, no other commit after the base commit's time is reachable and no tag
+    swebench deletes is left, whether the mirror was shallow or whole (``_FACTS``)."""
     facts = await image_facts(tag, instance.base_commit)
     problems = []
     if facts.get("subject") != "SWE-bench":
         problems.append(f"HEAD's subject is {facts.get('subject')!r}, not 'SWE-bench'")
     if facts.get("parent") != instance.base_commit:
         problems.append(f"HEAD's parent is {facts.get('parent')}, not the base commit {instance.base_commit}")
-    if facts.get("after_base") != [facts.get("head")]:
-        problems.append(f"commits after the base commit other than HEAD: {facts.get('after_base')}")
+    if facts.get("later") != [facts.get("head")]:
+        problems.append(f"commits after the base commit's time other than HEAD: {facts.get('later')}")
+    if facts.get("later_tags"):
+        problems.append(f"tags after the base commit's time: {facts.get('later_tags')}")
     if facts.get("dirty") != "0":
         problems.append(f"{facts.get('dirty')} tracked file(s) changed after the setup commit")
     if problems:
