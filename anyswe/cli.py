@@ -130,6 +130,8 @@ def plan(
         return
     print_table(p.cell_rows(), title=f"{p.spec.name}: {len(p.tasks)} tasks over {len(p.instances)} instances")
     _note_exclusions(p.excluded)
+    for note in p.notes:
+        typer.echo(note)
     _warn(p.warnings)
 
 

@@ -207,10 +207,19 @@ class SandboxPidsExhausted(AgentError):
     limit (a fork bomb): the task's doing, not the infrastructure's, so never masked."""
 
 
-class SandboxOutOfMemory(AgentError):
-    """The sandbox died by its own memory limit: its PID 1 was the OOM kill of the limit the task's
-    processes exhausted (a task can raise PID 1's ``oom_score_adj``; sandbox/oom.py). The task's
+class SandboxOverLimit(AgentError):
+    """The sandbox was ended by one of its own limits, which the task's processes used up: the task's
     doing, like a full pids limit, not the infrastructure's: never masked, never retried."""
+
+
+class SandboxOutOfMemory(SandboxOverLimit):
+    """The sandbox died by its own memory limit: its PID 1 was the OOM kill of the limit the task's
+    processes exhausted (a task can raise PID 1's ``oom_score_adj``; sandbox/oom.py)."""
+
+
+class SandboxDiskFull(SandboxOverLimit):
+    """The sandbox's writes passed its disk limit and anyswe's watchdog stopped it (sandbox/disk.py:
+    a runtime with no limit of its own on that storage)."""
 
 
 class GradingError(AnysweError):

@@ -97,6 +97,7 @@ class Plan:
             "samples": self.spec.samples,
             "cells": self.cell_rows(),
             "warnings": self.warnings,
+            "notes": self.notes,
             "excluded": self.excluded,
             "exclusion_files": self.exclusion_files,
             "tasks": [t.row() for t in self.tasks],
@@ -114,6 +115,13 @@ class Plan:
                     "whatever it reaches (the default, 'none', seals the sandboxes)"
                 )
         return out
+
+    @property
+    def notes(self) -> list[str]:
+        """How each provider keeps its sandboxes' limits, where a reader should know (its config says)."""
+        return [
+            note for name in sorted({c.provider for c in self.cells}) for note in self.spec.providers[name].notes(name)
+        ]
 
     @property
     def harness_name(self) -> str:
@@ -202,6 +210,8 @@ def task_key(spec: Spec, cell: Cell, instance: Instance, sample: int, harness: s
         # Only a cap other than the default is in the key: keys of runs from before the caps stay
         # (the default is far above any real patch), and a cap set lower runs the tasks again.
         **({"limits": spec.limits.model_dump()} if spec.limits != LimitSpec() else {}),
+        # Likewise a reward policy for flagged samples other than the default.
+        **({"tampered": spec.grading.tampered} if spec.grading.tampered != "zero" else {}),
     }
     return f"{_digest(payload)[:16]}__{instance.instance_id}"
 

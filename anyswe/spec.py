@@ -19,6 +19,7 @@ from anyswe.agents import AgentConfig, agent_class
 from anyswe.errors import AnysweError, SpecError
 from anyswe.execute.runner import known_executor
 from anyswe.model import ModelSpec
+from anyswe.results.schema import TamperPolicy
 from anyswe.sandbox import ProviderConfig, provider_class
 
 __all__ = ["DatasetSpec", "GradingSpec", "MatrixRule", "MatrixSpec", "ModelSpec", "Spec", "TimeoutSpec", "load_spec"]
@@ -126,11 +127,8 @@ class ExecutorSpec(_Strict):
 
 
 class GradingSpec(_Strict):
-    harness: str | None = Field(
-        default=None,
-        description="Grading harness (a name or module:Class); default: the dataset's own; "
-        "'auto' routes each instance.",
-    )
+    harness: str | None = Field(default=None, description="The harness (the dataset's; a name, module:Class, auto).")
+    tampered: TamperPolicy = Field(default="zero", description="A tampered sample's reward: zero, mask or count.")
 
     @field_validator("harness")
     @classmethod

@@ -128,6 +128,7 @@ def classify(
     """The task's outcome from what the phases returned: its facts and its own failures (the row's
     verdict, reward and mask are :func:`~anyswe.execute.decide.decide`'s, read by ``Outcome.row``)."""
     outcome = run.outcome if run is not None else AgentOutcome()
+    check = verdict.check if verdict is not None else None  # the tests' record against their log
     record = rec.Record(
         identity=_identity(unit),
         provenance=rec.Provenance(
@@ -144,7 +145,10 @@ def classify(
             applied_by=verdict.applied_by if verdict else None,
             tests_timed_out=bool(verdict and verdict.tests_timed_out),
             patch_bytes=trace.patch_bytes,
-            flags=patch_flags(patch, unit.instance.test_patch),
+            flags=patch_flags(patch, unit.instance.test_patch) + (check.flags if check else []),
+            test_record=check.record if check else None,
+            tamper=check.findings() if check else None,
+            tamper_policy=unit.tamper_policy,
         ),
         limits=_limits(unit, trace, verdict),
         timings=rec.Timings(

@@ -15,6 +15,10 @@ error_kind ``infra`` (runtime, image, sandbox, model     False       0.0     yes
 upstream, relay, a lost row's record)
 error_kind ``grading`` (the harness failed)              False       0.0     yes    ``grading``
 error_kind ``internal`` (a bug in anyswe)                False       0.0     yes    ``internal``
+flagged ``runner_tamper`` / ``status_conflict``, policy    verdict     =       yes    ``tampered``
+``mask``
+flagged so, policy ``zero`` (the default)                verdict     0.0     (as    (as below)
+                                                                             below)
 agent timed out (host's deadline, or its own)            verdict     =       yes    ``agent_timeout``
 token ids off the prefix chain, ``mask_off_policy`` on   verdict     =       yes    ``off_policy``
 verdict resolved, exit max_iterations / context_window   True        1.0     yes    ``forced_stop``
@@ -23,6 +27,12 @@ error_kind ``agent`` (its own crash, a capture the       verdict     =       no 
 agent broke, a patch over the cap)
 anything else                                            verdict     =       no     --
 =====================================================  ==========  ======  =====  ================
+
+A flagged sample (grading/testrecord: the log and pytest's own record of the run disagree, or a test's
+last status in the log overrides a failure) keeps the harness's verdict, as the official harness
+grades it; what it earns is the spec's ``grading.tampered``: ``zero`` (the default: the policy is
+not paid for a log it may have written), ``mask`` (left out of training) or ``count`` (as its
+verdict says).
 
 A group (one instance's samples, as GRPO trains on them) can be masked together: :func:`mask_group`
 masks every rollout of a group one of whose rollouts is masked (reason ``group``), as SkyRL's Harbor
@@ -43,9 +53,10 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from anyswe.agents.base import ExitReason
+from anyswe.grading.testrecord import RUNNER_TAMPER, STATUS_CONFLICT
 
 if TYPE_CHECKING:
-    from anyswe.results.schema import ErrorKind, TaskResult
+    from anyswe.results.schema import ErrorKind, TamperPolicy, TaskResult
 
 #: Exit reasons that mean the agent was stopped rather than chose to stop.
 FORCED_STOPS: frozenset[str] = frozenset({ExitReason.MAX_ITERATIONS, ExitReason.CONTEXT_WINDOW, ExitReason.BUDGET})
@@ -66,6 +77,8 @@ class MaskReason(StrEnum):
     FORCED_STOP = "forced_stop"
     #: Another rollout of the same group (an instance's samples) is masked (mask_group).
     GROUP = "group"
+    #: Flagged runner_tamper or status_conflict, under the spec's ``grading.tampered: mask``.
+    TAMPERED = "tampered"
 
 
 @dataclass(frozen=True)
@@ -79,6 +92,9 @@ class Facts:
     exit_reason: str | None = None
     #: The calls' token ids broke the prefix chain and the model's ``mask_off_policy`` is on.
     off_policy: bool = False
+    #: Flagged runner_tamper or status_conflict (grading/testrecord), and what such a sample earns.
+    tampered: bool = False
+    tamper_policy: TamperPolicy = "zero"
 
 
 @dataclass(frozen=True)
@@ -105,6 +121,10 @@ def decide(facts: Facts) -> Decision:
         return Decision(False, 0.0, True, MaskReason(facts.error_kind))
     resolved = facts.verdict_resolved
     reward = 1.0 if resolved else 0.0
+    if facts.tampered and facts.tamper_policy == "mask":
+        return Decision(resolved, reward, True, MaskReason.TAMPERED)
+    if facts.tampered and facts.tamper_policy == "zero":
+        reward = 0.0
     if facts.agent_timed_out:
         return Decision(resolved, reward, True, MaskReason.AGENT_TIMEOUT)
     if facts.off_policy:
@@ -123,7 +143,17 @@ def facts_of(result: TaskResult) -> Facts:
         agent_timed_out=result.agent_timed_out,
         exit_reason=result.exit_reason,
         off_policy=result.mask_off_policy and result.token_prefix_chain is False,
+        tampered=tampered(result.flags),
+        tamper_policy=result.tamper_policy,
     )
+
+
+#: The flags that make a sample tampered (grading/testrecord's), for the reward policy.
+TAMPER_FLAGS = frozenset({RUNNER_TAMPER, STATUS_CONFLICT})
+
+
+def tampered(flags: list[str] | None) -> bool:
+    return bool(TAMPER_FLAGS & set(flags or ()))
 
 
 def mask_group(results: list[TaskResult]) -> list[TaskResult]:

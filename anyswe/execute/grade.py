@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from anyswe.errors import DatasetError
-from anyswe.grading.ladder import empty_patch_verdict, grade_patch, grade_unpatched
+from anyswe.grading.ladder import empty_patch_verdict, grade_patch, grade_unpatched, record_mounts
 from anyswe.sandbox import SandboxRequest
 
 if TYPE_CHECKING:
@@ -63,7 +63,8 @@ async def grade_in_sandbox(
             return await grade_unpatched(sandbox, instance, harness, timeout=timeout)
         return await grade_patch(sandbox, instance, harness, patch, timeout=timeout)
 
-    request = SandboxRequest(image, run_id=run_id, task_id=task_id, phase="grading")
+    mounts = record_mounts(instance, harness)  # the record of the tests: grading/testrecord
+    request = SandboxRequest(image, run_id=run_id, task_id=task_id, phase="grading", mounts=mounts)
     grader = await provider.start(request)
     if not stop_in_background:
         async with grader:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anyswe.agents.base import AgentUsage, ExitReason
-from anyswe.execute.decide import UNTRUSTED, Facts, decide
+from anyswe.execute.decide import UNTRUSTED, Facts, decide, tampered
 from anyswe.execute.record import Record
 from anyswe.results.schema import ExitBy, Failure, TaskResult
 
@@ -99,6 +99,8 @@ class Outcome:
             agent_timed_out=self.exit.timed_out,
             exit_reason=self.exit.reason,
             off_policy=self.usage.mask_off_policy and self.usage.token_prefix_chain is False,
+            tampered=tampered(self.record.patch.flags),
+            tamper_policy=self.record.patch.tamper_policy,
         )
 
     def row(self) -> TaskResult:

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from anyswe.results.schema import TamperPolicy
+
 
 @dataclass(frozen=True)
 class Identity:
@@ -56,6 +58,13 @@ class PatchFacts:
     patch_bytes: int | None = None
     #: Reward-hacking flags (grading/flags.py): facts, never a change of the verdict.
     flags: list[str] | None = None
+    #: The tests' record against their log (grading/testrecord): compared, none, missing, unloadable.
+    test_record: str | None = None
+    #: What the record and the log disagree on, one line each (the test, both statuses), and the
+    #: runner's changes it saw.
+    tamper: list[str] | None = None
+    #: What a sample flagged runner_tamper or status_conflict earns (the spec's grading.tampered).
+    tamper_policy: TamperPolicy = "zero"
 
 
 @dataclass(frozen=True)

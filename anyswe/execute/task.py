@@ -24,7 +24,7 @@ from anyswe._files import task_state_dir
 from anyswe._proc import MAX_OUTPUT_BYTES
 from anyswe._threads import in_thread
 from anyswe.agents import AgentContext, AgentOutcome, ExitReason
-from anyswe.errors import GradingError, InfraError, SandboxOutOfMemory
+from anyswe.errors import GradingError, InfraError, SandboxOverLimit
 from anyswe.execute.capture import PatchCaptureFailed, capture_patch
 from anyswe.execute.classify import AgentRun, Trace, artifacts, classify, now
 from anyswe.execute.grade import grade_in_sandbox, stopped_on_failure
@@ -98,9 +98,9 @@ async def work(
         run = await run_agent(agent, ctx, unit.agent_timeout)
     try:
         return run, await _after_agent(unit, agent, harness, sandbox, trace, run, seal.head)
-    except SandboxOutOfMemory as exc:
-        # Its own memory limit ended the sandbox: the agent's failure, unresolved, not masked (the
-        # agent may have seen it already, through a command that could not run).
+    except SandboxOverLimit as exc:
+        # Its own limit (memory, disk) ended the sandbox: the agent's failure, unresolved, not masked
+        # (the agent may have seen it already, through a command that could not run).
         if run.error is None or type(exc).__name__ not in run.error:
             run.fail(f"{type(exc).__name__}: {exc}")
         return run, ""
@@ -204,6 +204,7 @@ async def run_task(unit: WorkUnit, tools: TaskTools) -> TaskOutput:
                 # An agent may need more of its sandbox (its bundle, the gateway): building a bundle takes a while.
                 request = await in_thread(agent.sandbox_request, request, model=unit.endpoint, state_dir=state_dir)
                 sandbox = await provider.start(request)
+            trace.log_lines += provider.limit_notes()  # the limits in force, and how each is kept
         except BaseException:
             remove_state()
             raise

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from anyswe.execute.outcome import Outcome
     from anyswe.model import ModelEndpoint, ModelSpec
     from anyswe.plan import Cell, Plan, Task
-    from anyswe.results.schema import Failure, TaskResult
+    from anyswe.results.schema import Failure, TamperPolicy, TaskResult
     from anyswe.sandbox import ProviderConfig
 
 
@@ -70,6 +70,8 @@ class WorkUnit:
     endpoint: ModelEndpoint | None = None
     #: A bigger patch is the agent's failure (spec limits.max_patch_bytes).
     max_patch_bytes: int = MAX_PATCH_BYTES
+    #: What a sample flagged runner_tamper or status_conflict earns (spec grading.tampered).
+    tamper_policy: TamperPolicy = "zero"
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,7 @@ def make_unit(plan: Plan, task: Task, *, run_id: str, attempt: int) -> WorkUnit:
         agent_timeout=spec.timeouts.agent,
         grading_timeout=spec.timeouts.grading,
         max_patch_bytes=spec.limits.max_patch_bytes,
+        tamper_policy=spec.grading.tampered,
         workdir=get_harness(task.harness).workdir,
         submit_command=agent_cls.submit_command,
         gateway_turns=agent_cls.gateway_turn_cap(agent),

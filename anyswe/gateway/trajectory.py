@@ -157,9 +157,8 @@ def record_line(grant: Grant, call: Answered | Refused) -> bytes:
 
 
 def flush(grant: Grant) -> None:
-    """Write the grant's answered calls whose steps are not yet written, in the order they were
-    answered, and follow its prefix chain; a failure marks the task (its trajectory is incomplete),
-    never the call. The gateway calls it once an answer is out, and when it revokes the grant."""
+    """Write the grant's answered calls not yet written, in the order answered, following its prefix chain;
+    a failure marks the task, never the call. Called once an answer is out, and when the grant is revoked."""
     calls, grant.unwritten = grant.unwritten, []
     for call in calls:
         if isinstance(call, Answered):
@@ -168,8 +167,7 @@ def flush(grant: Grant) -> None:
         return
     try:
         lines = b"".join(record_line(grant, call) for call in calls)
-    except (ValueError, TypeError, RecursionError) as exc:
-        # What the agent sent cannot be written as a step: the agent's failure, never a free attempt more.
+    except (ValueError, TypeError, RecursionError) as exc:  # what the agent sent: its failure, not a free re-roll
         grant.unrecordable = grant.unrecordable or f"a call the agent made cannot be recorded: {str(exc)[:300]}"
         return
     except Exception as exc:  # a step this gateway cannot write is a trajectory it does not have
@@ -344,8 +342,6 @@ def _read_line(line: bytes, index: int) -> Step:
         return Step.model_validate(row) if "schema_version" in row else _old_row(row, index)
     except ValidationError as exc:
         raise _Unreadable(f"not a step ({first_problem(exc)})") from None
-    except RecursionError:
-        raise _Unreadable("not a step (nested deeper than can be read)") from None
 
 
 def _transcript_results(task_dir: Path, files: Mapping[str, str] | None) -> dict[str, tuple[str, bool]]:

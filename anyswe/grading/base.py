@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from anyswe.datasets.instance import Instance
+    from anyswe.grading.testrecord import Check, Parser, RunRecord
 
 
 @dataclass
@@ -30,6 +31,9 @@ class Verdict:
     #: The patch's own failure that ended its grading (its tests used up the sandbox's memory limit,
     #: which ended the sandbox): unresolved, and the task's error (``error_kind`` agent, not masked).
     error: str | None = None
+    #: The log against pytest's own record of the run (grading/testrecord): its flags join the patch's.
+    #: None: the harness reads no log line by line (nothing was checked).
+    check: Check | None = None
     #: Filled in by ``anyswe.grade``: the harness, the image graded in and its digests (a run's row has them too).
     harness: str | None = None
     image: str | None = None
@@ -84,6 +88,35 @@ class Harness(ABC):
         """The verdict for a log stored at ``path`` (undecodable bytes replaced); a harness whose
         grader reads logs from files itself is handed the path (``anyswe regrade``)."""
         return self.grade_log(instance, path.read_text(errors="replace"))
+
+    def runs_pytest(self, instance: Instance) -> bool:
+        """Whether ``instance``'s tests run under pytest (its grading then loads the record plugin of
+        grading/testrecord and expects its record)."""
+        return False
+
+    def log_parser(self, instance: Instance) -> Parser | None:
+        """The parser the verdict reads ``instance``'s log with, for one text at a time (the record's
+        check reads the log line by line); None: it has none that reads lines."""
+        return None
+
+    def check_record(
+        self, instance: Instance, test_output: str, record: RunRecord | None, *, expected: bool
+    ) -> Check | None:
+        """The log the verdict was read from against pytest's record of the run (None: no parser to
+        read the log with); ``expected``: the run was to make a record."""
+        from anyswe.grading import swebench as sb
+        from anyswe.grading import testrecord
+
+        parse = self.log_parser(instance)
+        if parse is None:
+            return None
+        span = test_output
+        if sb.START_TEST_OUTPUT in span and sb.END_TEST_OUTPUT in span:  # what swebench grades, as it cuts it
+            span = span.split(sb.START_TEST_OUTPUT)[1].split(sb.END_TEST_OUTPUT)[0]
+        if not parse(span):  # swebench's fallback: a marked span with no results, the whole log
+            span = test_output
+        tests = [*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS]
+        return testrecord.compare(span, parse, tests, record, expected=expected)
 
     @abstractmethod
     def _eval_script(self, instance: Instance) -> str: ...

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from typing import TYPE_CHECKING, Any
 
 from anyswe import _proc
-from anyswe.errors import SandboxOutOfMemory
+from anyswe.errors import SandboxFileError, SandboxOverLimit
 from anyswe.grading import swebench as sb
+from anyswe.grading import testrecord
 from anyswe.grading.base import Harness, Verdict
 
 if TYPE_CHECKING:
     from anyswe.datasets.instance import Instance
-    from anyswe.sandbox import Sandbox
+    from anyswe.sandbox import Mount, Sandbox
 
 PATCH_PATH = "/tmp/patch.diff"
 EVAL_PATH = "/eval.sh"
@@ -54,13 +56,24 @@ def empty_patch_verdict(instance: Instance, harness: Harness) -> Verdict:
     return Verdict(resolved=False, patch_exists=False, patch_applied=False, eval_script=harness.eval_script(instance))
 
 
+def record_mounts(instance: Instance, harness: Harness) -> tuple[Mount, ...]:
+    """What a grading sandbox of ``instance`` mounts for its record of the tests (grading/testrecord):
+    the plugin, read-only, where its tests run under pytest."""
+    from anyswe.sandbox import Mount
+
+    if not harness.runs_pytest(instance):
+        return ()
+    name = f"{testrecord.PLUGIN}.py"
+    return (Mount(str(testrecord.PLUGIN_DIR / name), f"{testrecord.PLUGIN_MOUNT}/{name}"),)
+
+
 async def grade_patch(
     sandbox: Sandbox[Any], instance: Instance, harness: Harness, patch: str | None, *, timeout: float
 ) -> Verdict:
     """Grade ``patch`` for ``instance`` inside ``sandbox`` (which must be fresh, from the task image).
 
     An empty patch and a patch no rung can apply are unresolved without running the tests, as in
-    swebench's ``run_instance``. A sandbox that its own memory limit ended (the patch's tests used it
+    swebench's ``run_instance``. A sandbox that one of its own limits ended (the patch's tests used it
     up, and made its PID 1 the OOM kill: sandbox/oom.py) is unresolved too, with the evidence in the
     verdict's ``error``: the patch's doing, not a lost sandbox.
     """
@@ -69,7 +82,7 @@ async def grade_patch(
     rungs: list[str] = []
     try:
         return await _grade_patch(sandbox, instance, harness, patch, timeout=timeout, rungs=rungs)
-    except SandboxOutOfMemory as exc:
+    except SandboxOverLimit as exc:
         error = f"{type(exc).__name__}: {exc}"
         return Verdict(
             resolved=False,
@@ -122,8 +135,34 @@ async def _run_eval(
 ) -> Verdict:
     script = applied["eval_script"]
     await sandbox.write_file(EVAL_PATH, script.encode(), mode=0o755)
+    # The record of the tests (grading/testrecord): where they run under pytest and the sandbox has the plugin.
+    record = testrecord.record_path() if harness.runs_pytest(instance) and _has_plugin(sandbox) else None
+    verdict = await _eval(sandbox, instance, harness, timeout=timeout, applied=applied, record=record)
+    if record is not None and verdict.check is not None and verdict.check.record == "unloadable":
+        # pytest could not import the plugin here (an environment that sees neither PYTHONPATH nor the
+        # user's site directory): the tests never ran; they run again as swebench runs them, unrecorded.
+        again = await _eval(sandbox, instance, harness, timeout=timeout, applied=applied, record=None)
+        check = again.check and dataclasses.replace(again.check, record="unloadable")
+        verdict = dataclasses.replace(again, check=check)
+    return verdict
+
+
+def _has_plugin(sandbox: Sandbox[Any]) -> bool:
+    return any(m.target.startswith(testrecord.PLUGIN_MOUNT + "/") for m in sandbox.request.mounts)
+
+
+async def _eval(
+    sandbox: Sandbox[Any],
+    instance: Instance,
+    harness: Harness,
+    *,
+    timeout: float,
+    applied: dict[str, Any],
+    record: str | None,
+) -> Verdict:
     # One stream, stderr folded in: `set -x` puts the markers on stderr, in order with pytest's output.
-    script_then_marker = f"/bin/bash {EVAL_PATH} 2>&1; rc=$?; echo; echo {END_MARKER} $rc"
+    prelude = f"{testrecord.prelude(record)}; " if record else ""
+    script_then_marker = f"{prelude}/bin/bash {EVAL_PATH} 2>&1; rc=$?; echo; echo {END_MARKER} $rc"
     r = await sandbox.exec(
         ["bash", "-c", script_then_marker], workdir=harness.workdir, timeout=timeout, max_output=EVAL_OUTPUT_BYTES
     )
@@ -147,7 +186,7 @@ async def _run_eval(
         # is the patch's doing, graded on the output as it stands, as swebench grades such a log.
         try:
             await sandbox.check_alive("the eval script", settle=5)
-        except SandboxOutOfMemory as exc:
+        except SandboxOverLimit as exc:
             error = f"{type(exc).__name__}: {exc}"
             return Verdict(resolved=False, test_output=f"{output}\nanyswe: {error}\n", error=error, **applied)
         if not r.timed_out:
@@ -155,4 +194,28 @@ async def _run_eval(
     if r.timed_out:
         output += f"\n{sb.TESTS_TIMEOUT} after {timeout:g} seconds\n"
     verdict = harness.grade_log(instance, output)
-    return Verdict(resolved=verdict.resolved, tests_status=verdict.tests_status, test_output=output + note, **applied)
+    found = await _read_record(sandbox, record) if record else None
+    if found is not None and found.armed and not found.started and _unloadable(instance, harness, output):
+        check: testrecord.Check | None = testrecord.Check("unloadable")
+    else:
+        check = harness.check_record(instance, output, found, expected=record is not None)
+    return Verdict(
+        resolved=verdict.resolved, tests_status=verdict.tests_status, test_output=output + note, check=check, **applied
+    )
+
+
+def _unloadable(instance: Instance, harness: Harness, output: str) -> bool:
+    """pytest stopped at its start because it could not import the plugin: it says so, and no test ran
+    (nothing of the repository runs before a ``-p`` plugin is imported)."""
+    parse = harness.log_parser(instance)
+    return testrecord.NOT_LOADED in output and parse is not None and not parse(output)
+
+
+async def _read_record(sandbox: Sandbox[Any], path: str) -> testrecord.RunRecord | None:
+    """The plugin's record from the sandbox; None where there is none (removed, too large: the tests'
+    doing, which the check reads as a missing record)."""
+    try:
+        data = await sandbox.read_file(path, max_output=testrecord.RECORD_BYTES)
+    except SandboxFileError:
+        return None
+    return testrecord.read_record(data.decode(errors="replace"))

@@ -16,6 +16,7 @@ from anyswe.grading.base import Harness, LogVerdict
 
 if TYPE_CHECKING:
     from anyswe.datasets.instance import Instance
+    from anyswe.grading.testrecord import Parser
 
 TEST_CMD = "python3 -m pytest -rA -p no:cacheprovider"
 
@@ -54,6 +55,12 @@ class PytestHarness(Harness):
             reset,
         ]
         return "\n".join(lines) + "\n"
+
+    def runs_pytest(self, instance: Instance) -> bool:
+        return True
+
+    def log_parser(self, instance: Instance) -> Parser:
+        return sb.log_parser(instance, self.repo)
 
     def _grade_log(self, instance: Instance, test_output: str) -> LogVerdict:
         report = sb.eval_report(instance, test_output, repo=self.repo)

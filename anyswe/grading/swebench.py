@@ -17,7 +17,7 @@ import os
 import shlex
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -147,25 +147,7 @@ def repo_version_specs() -> dict[str, dict[str, Any]]:
 
 def official_image(instance_id: str, namespace: str = "swebench", tag: str = "latest") -> str:
     """The instance image name swebench itself gives (``TestSpec.instance_image_key``), built offline."""
-    _swebench()
-    from swebench.harness.test_spec.test_spec import TestSpec
-
-    spec = TestSpec(
-        instance_id=instance_id,
-        repo="",
-        version="",
-        repo_script_list=[],
-        eval_script_list=[],
-        env_script_list=[],
-        arch="x86_64",
-        FAIL_TO_PASS=[],
-        PASS_TO_PASS=[],
-        language="py",
-        docker_specs={},
-        namespace=namespace,
-        instance_image_tag=tag,
-    )
-    return str(spec.instance_image_key)
+    return str(_spec_of(instance_id, namespace=namespace, instance_image_tag=tag).instance_image_key)
 
 
 #: The swebench log parsers a :class:`RepoSpec` can name.
@@ -280,25 +262,46 @@ def env_script(instance: Instance, repo: RepoSpec | None = None) -> str:
     return "\n".join(["#!/bin/bash", "set -euxo pipefail", *lines]) + "\n"
 
 
+def _spec_of(instance_id: str, **fields: Any) -> Any:
+    """swebench's ``TestSpec`` of an instance with only ``fields`` known (no scripts: anyswe makes those)."""
+    _swebench()
+    from swebench.harness.test_spec.test_spec import TestSpec
+
+    empty: dict[str, Any] = dict(repo="", version="", FAIL_TO_PASS=[], PASS_TO_PASS=[], language="py", namespace=None)
+    scripts: dict[str, Any] = dict(repo_script_list=[], eval_script_list=[], env_script_list=[], docker_specs={})
+    return TestSpec(instance_id=instance_id, arch="x86_64", **scripts, **{**empty, **fields})
+
+
 def _test_spec(instance: Instance, repo: RepoSpec | None = None) -> Any:
     _swebench()
     from swebench.harness.constants import MAP_REPO_TO_EXT
-    from swebench.harness.test_spec.test_spec import TestSpec
 
-    return TestSpec(
-        instance_id=instance.instance_id,
-        repo=instance.repo,
-        version=instance.version,
-        repo_script_list=[],
-        eval_script_list=[],
-        env_script_list=[],
-        arch="x86_64",
-        FAIL_TO_PASS=instance.FAIL_TO_PASS,
-        PASS_TO_PASS=instance.PASS_TO_PASS,
-        language=repo.ext if repo is not None else MAP_REPO_TO_EXT.get(instance.repo, "py"),
-        docker_specs={},
-        namespace=None,
-    )
+    language = repo.ext if repo is not None else MAP_REPO_TO_EXT.get(instance.repo, "py")
+    return _spec_of(
+        instance.instance_id, repo=instance.repo, version=instance.version, FAIL_TO_PASS=instance.FAIL_TO_PASS,
+        PASS_TO_PASS=instance.PASS_TO_PASS, language=language,
+    )  # fmt: skip
+
+
+def log_parser(instance: Instance, repo: RepoSpec | None = None) -> Callable[[str], dict[str, str]]:
+    """The log parser swebench grades ``instance`` with (``repo``'s for a repository it does not know),
+    as a function of a log's text: test name -> status."""
+    spec = _test_spec(instance, repo)
+    if repo is not None:
+        return lambda text: repo.parse(text, spec)
+    from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
+
+    if instance.repo not in MAP_REPO_TO_PARSER:
+        raise GradingError(f"{instance.instance_id}: swebench has no log parser for repo {instance.repo!r}")
+    parser = MAP_REPO_TO_PARSER[instance.repo]
+    return lambda text: dict(parser(text, spec))
+
+
+def runs_pytest(instance: Instance, repo: RepoSpec | None = None) -> bool:
+    """Whether swebench's test command for ``instance`` runs pytest (directly, or through tox as sphinx's)."""
+    command = instance_specs(instance, repo).get("test_cmd", "")
+    text = " ".join(command) if isinstance(command, list) else str(command)
+    return "pytest" in text or text.startswith("tox ")
 
 
 _scratch = threading.local()

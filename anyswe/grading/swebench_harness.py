@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from anyswe.datasets.instance import Instance
+    from anyswe.grading.testrecord import Parser
 
 
 def own_spec(instance: Instance) -> sb.RepoSpec | None:
@@ -36,6 +37,12 @@ class SWEbenchHarness(Harness):
     def _grade_log(self, instance: Instance, test_output: str | Path) -> LogVerdict:
         report = sb.eval_report(instance, test_output, repo=own_spec(instance))
         return LogVerdict(resolved=bool(report.get("resolved")), tests_status=report.get("tests_status", {}))
+
+    def runs_pytest(self, instance: Instance) -> bool:
+        return sb.runs_pytest(instance, own_spec(instance))
+
+    def log_parser(self, instance: Instance) -> Parser:
+        return sb.log_parser(instance, own_spec(instance))
 
     def grade_log_file(self, instance: Instance, path: Path) -> LogVerdict:
         # swebench reads the log from its path itself: not read, written and read again.

@@ -320,11 +320,9 @@ async def kept_if_checked(tag: str, check: Awaitable[object]) -> None:
 
 # -- what a built image holds ----------------------------------------------------------------------
 
-# What /testbed holds, as swebench's repo script (make_repo_script_list_py) checks it and leaves it: no
-# commit reachable after the base commit's time but the setup commit (its own `git log --all --since`),
-# no tag whose commit's `%ci` compares after the base's as a string (the tags it deletes, compared as it
-# compares them). Commits not in the base's history yet older (a maintenance branch's release tags)
-# stay, as in the official images, and are `after_base`: what the seal takes out of an agent's sight.
+# /testbed as swebench's repo script checks and leaves it: no commit after the base's time but the setup commit
+# (its `git log --all --since`), no tag it deletes (its %ci string comparison). Older commits off the base's
+# history (a maintenance branch's tags) stay, as in official images: `after_base`, which the seal hides.
 _FACTS = """set -e
 cd {workdir}
 echo "head=$(git rev-parse HEAD)"

@@ -27,7 +27,7 @@ from anyswe.errors import ResultsError
 if TYPE_CHECKING:
     import polars as pl
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 ErrorKind = Literal["infra", "agent", "grading", "internal"]
 #: Who stated a failure: the task's own phases, the model grant (gateway), the relay on a remote node,
@@ -35,6 +35,8 @@ ErrorKind = Literal["infra", "agent", "grading", "internal"]
 FailureSource = Literal["task", "grant", "relay", "node", "trajectory", "recorder"]
 #: Who ended the agent's run: itself (its own exit), the host (its deadline), the gateway (a cap it keeps).
 ExitBy = Literal["agent", "host", "gateway"]
+#: What a sample flagged runner_tamper or status_conflict earns (a spec's grading.tampered: execute/decide.py).
+TamperPolicy = Literal["count", "mask", "zero"]
 #: Error kinds after which a task runs again on the next apply: the task itself never failed.
 RETRYABLE: frozenset[str] = frozenset({"infra", "internal"})
 
@@ -69,7 +71,7 @@ class TaskResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[9] = 9
+    schema_version: Literal[10] = 10
     # -- identity: which task, which attempt --------------------------------------------------------
     key: str
     cell: str
@@ -132,8 +134,29 @@ class TaskResult(BaseModel):
         "skip_markers; and, in non-test Python source, runner_internals: it names the test runner's internals "
         "(_pytest, pluggy, pytest's report classes, unittest's result); pytest_hooks: it defines a pytest_* hook or "
         "registers a plugin; import_hijack: it writes sys.modules or builtins, installs an import hook, or adds a "
-        "file that runs at interpreter start or shadows the runner); they never change the verdict. None: a row "
-        "from before flags were recorded.",
+        "file that runs at interpreter start or shadows the runner); and of the test run (grading/testrecord): "
+        "runner_tamper: the log and pytest's own record of the run disagree on a FAIL_TO_PASS or PASS_TO_PASS test, "
+        "or the runner's report machinery changed while the tests ran; status_conflict: such a test has a failing "
+        "and then a passing status in one log. They never change the verdict. None: a row from before flags were "
+        "recorded.",
+    )
+    test_record: str | None = Field(
+        default=None,
+        description="pytest's record of the test run against its log (grading/testrecord): compared, none (no "
+        "record made: the tests do not run under pytest, or pytest is the code under test), missing (a record "
+        "was due and is not there: runner_tamper when the log says a test passed), unloadable (pytest could not "
+        "import the record's plugin: the tests ran again without it). None: not graded, or a row from before.",
+    )
+    tamper: list[str] | None = Field(
+        default=None,
+        description="What runner_tamper and status_conflict were raised for: each test with its status in the log "
+        "and in pytest's record (or its statuses in the log), and the runner's changes the record saw.",
+    )
+    tamper_policy: TamperPolicy = Field(
+        default="zero",
+        description="What a sample flagged runner_tamper or status_conflict earns (the spec's grading.tampered): "
+        "count (its verdict's reward), mask (masked, reason tampered) or zero (reward 0, not masked). The "
+        "verdict (resolved) is the harness's in every case.",
     )
     # -- what the agent reported ----------------------------------------------------------------------
     exit_reason: ExitReason | None = None
@@ -230,7 +253,8 @@ def _migrate_v2(row: dict[str, Any]) -> dict[str, Any]:
     or settle phase (None), and its phases did not add up to its total (steps between them were in none);
     schema 8: no tests' verdict apart from the decided one (the row's `resolved` is the best known: a row an
     untrusted failure marked unresolved stays so), no failure list (its one error, source unknown), no
-    exit_by (None)."""
+    exit_by (None); schema 9: no record of the tests (test_record and tamper None; its policy the default,
+    moot without a flag)."""
     out = {**row, "schema_version": SCHEMA_VERSION}
     if isinstance(row.get("resolved", False), bool):  # else the row's own field is the error to report
         out.setdefault("tests_resolved", row.get("resolved", False))
@@ -274,7 +298,7 @@ def parse_row(row: Any, where: str) -> TaskResult:
     version = row.get("schema_version", 1)
     if version == 1:
         row = _migrate_v1(row)
-    elif version in (2, 3, 4, 5, 6, 7, 8):
+    elif version in (2, 3, 4, 5, 6, 7, 8, 9):
         row = _migrate_v2(row)
     elif version != SCHEMA_VERSION:
         raise ResultsError(

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from anyswe import _proc
-from anyswe.errors import SandboxError, SandboxExecError, SandboxLost, SandboxOutOfMemory, SandboxStartError
+from anyswe.errors import SandboxError, SandboxExecError, SandboxLost, SandboxStartError
 from anyswe.sandbox import files
 from anyswe.sandbox.helper import HELPER_PATH
 from anyswe.sandbox.labels import scratch_prefix
@@ -359,7 +359,8 @@ class Sandbox(ABC, Generic[P]):
 
     async def check_alive(self, during: str, *, settle: float = 0.0) -> None:
         """Raise :class:`SandboxLost` naming the cause if the sandbox died (``during`` says in what);
-        :class:`SandboxOutOfMemory` (the agent's failure) if its own memory limit ended it.
+        a :class:`~anyswe.errors.SandboxOverLimit` (the agent's failure) if one of its own limits ended
+        it (its memory, its disk).
 
         ``settle``: seconds to keep looking; a runtime reports a kill a moment after the commands
         inside have died (docker still says "running" just after ``docker kill``).
@@ -367,9 +368,9 @@ class Sandbox(ABC, Generic[P]):
         deadline = time.monotonic() + settle
         while (reason := await self.provider.gone_reason(self.name)) is None and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
-        if reason is not None:  # ended by its own memory limit: the task's doing, not a lost sandbox
-            lost = SandboxLost if (oom := await self.provider.out_of_memory(self.name)) is None else SandboxOutOfMemory
-            raise lost(f"sandbox {self.name} died during {during}: {oom or reason}")
+        if reason is not None:  # ended by its own limit: the task's doing, not a lost sandbox
+            lost = SandboxLost if (own := await self.provider.over_limit(self.name)) is None else type(own)
+            raise lost(f"sandbox {self.name} died during {during}: {own or reason}")
 
     async def stop(self) -> None:
         """Remove the sandbox and everything it stored. Idempotent; safe after a failed start."""

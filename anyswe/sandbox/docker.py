@@ -25,16 +25,19 @@ from anyswe._threads import in_thread
 from anyswe.errors import ImageNotFound, RuntimeNotAvailable, SandboxError, SandboxStartError
 from anyswe.sandbox.artefacts import Needs
 from anyswe.sandbox.base import Sandbox
+from anyswe.sandbox.disk import DiskLimits, DiskSize, plan_note, size_bytes
 from anyswe.sandbox.helper import HELPER_PATH
 from anyswe.sandbox.labels import LABEL_MANAGED
 from anyswe.sandbox.oom import protect_init
 from anyswe.sandbox.provider import Provenance, SandboxProvider
+from anyswe.sandbox.reap import in_cgroup_of
 from anyswe.sandbox.request import (
     SANDBOX_HOSTNAME,
     NetworkPolicy,
     ProviderConfig,
     SandboxRequest,
     StoredImage,
+    added_limit,
 )
 
 if TYPE_CHECKING:
@@ -64,9 +67,13 @@ class DockerConfig(ProviderConfig):
     # Processes and threads per sandbox: a fork bomb stops here, not at the host's pid_max (32768 on
     # many hosts, shared by every sandbox). 4096 leaves room for parallel test runners and their threads.
     pids_limit: int | None = Field(default=4096, gt=0, description="Processes and threads per sandbox; null: none.")
+    disk: DiskSize = added_limit(default="4g", description="Disk a sandbox may write (sandbox/disk.py); null: none.")
 
     def prepared_artefacts(self, fields: Mapping[str, str], *, from_registry: bool) -> Needs:
         return Needs(store_image=True)  # docker runs the stored image itself
+
+    def notes(self, name: str) -> list[str]:
+        return [plan_note(f"providers.{name}.disk", self.disk)]
 
 
 def _client() -> DockerClient:
@@ -115,6 +122,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         self._images: dict[str, tuple[str, str]] = {}
         # sandbox -> (host pid of its PID 1, container id), from the inspect of its start.
         self._inits: dict[str, tuple[int, str]] = {}
+        self._disk = DiskLimits(size_bytes(self.config.disk) if self.config.disk else None)
 
     @property
     def docker_cmd(self) -> list[str]:
@@ -124,6 +132,12 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         r = await _proc.run([*self.docker_cmd, "version", "--format", "{{.Server.Version}}"], timeout=30)
         if r.exit_code != 0 or r.timed_out:
             raise RuntimeNotAvailable.from_proc("docker does not answer (run scripts/provision.sh docker)", r)
+
+    def disk_exceeded(self, name: str) -> str | None:
+        return self._disk.exceeded(name)
+
+    def limit_notes(self) -> list[str]:
+        return [self._disk.note()]
 
     async def _image(self, image: str) -> tuple[str, str] | None:
         """``image``'s id and WORKDIR, None when it is not here. A present image is remembered; one
@@ -181,6 +195,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         started by another client or one that was killed, is waited for rather than reported.
         """
         self._inits.pop(name, None)
+        await self._disk.forget(name)
         argv = [*self.docker_cmd, "container", "rm", "--force", "--volumes", name]
         deadline = time.monotonic() + _REMOVE_SECONDS
         while True:
@@ -211,6 +226,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
             "networks": ["none" if network == "gateway" else network],
             "pids_limit": cfg.pids_limit,
             "mounts": mounts,
+            "storage_options": [f"size={cfg.disk}"] if self._disk.mechanism == "storage-opt" else [],
         }
 
     async def _image_workdir(self, image: str) -> str:
@@ -221,6 +237,18 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         return str(PurePosixPath(known[1])) if known[1].startswith("/") else "/"
 
     async def _start(self, request: SandboxRequest, network: NetworkPolicy) -> Hashable | None:
+        if self._disk.mechanism is None:  # how the disk limit is kept: by the daemon's storage driver, asked once
+            info = [*self.docker_cmd, "info", "--format", "{{json .Driver}}|{{json .DriverStatus}}"]
+            self._disk.choose((await _proc.run(info, timeout=60)).stdout)
+        try:
+            return await self._run(request, network)
+        except SandboxStartError as exc:
+            if self._disk.mechanism != "storage-opt" or "storage-opt" not in (exc.stderr_tail or ""):
+                raise
+            self._disk.refused()  # overlay2 over xfs without pquota: the watchdog, and the start again
+            return await self._run(request, network)
+
+    async def _run(self, request: SandboxRequest, network: NetworkPolicy) -> Hashable | None:
         from python_on_whales.exceptions import DockerException
 
         if not await self.image_exists(request.image):
@@ -229,10 +257,9 @@ class DockerProvider(SandboxProvider[DockerConfig]):
                 "implicitly (`docker pull` it, or build it, first)"
             )
         try:
-            # The helper as PID 1 keeps the container up whatever the image's CMD, and nothing inside
-            # can end it (helper/anyswe-exec.c, --init): a sandbox lost is the runtime's or the host's
-            # doing, never a way for the task to make its own failure an infrastructure one. docker's
-            # own --init (tini) would forward an inside `kill 1` to its child and exit.
+            # The helper as PID 1 keeps the container up whatever the image's CMD, and nothing inside can end
+            # it (helper/anyswe-exec.c, --init): a sandbox lost is the runtime's or the host's doing, never the
+            # task's way to make its failure infra. docker's --init (tini) would pass an inside `kill 1` on.
             options = self._run_options(request, network)
 
             def run_container() -> tuple[Any, str | None]:
@@ -260,6 +287,8 @@ class DockerProvider(SandboxProvider[DockerConfig]):
                 raise
             if not getattr(container, "id", None):
                 raise SandboxStartError(f"`docker run -d` returned no container id for {request.name}")
+            layer = (getattr(getattr(container, "graph_driver", None), "data", None) or {}).get("UpperDir")
+            self._disk.watch(request.name, layer, [*self.docker_cmd, "container", "kill", request.name])
             return ("docker", image_id) if image_id else None
         except DockerException as exc:
             self._images.pop(request.image, None)
@@ -317,9 +346,9 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         return f"its own memory limit{limit} ran out (OOMKilled, exit {code})"
 
     def _running(self, name: str) -> bool:
-        """Whether the PID 1 its start found is still in the container's cgroup (a pid reused after
-        the container ended is another cgroup's); False also when this provider did not start it."""
-        return (known := self._inits.get(name)) is not None and _in_cgroup_of(*known)
+        """Whether the PID 1 its start found is still in the container's cgroup (a pid reused after the
+        container ended is another's); False also when this provider did not start it."""
+        return (known := self._inits.get(name)) is not None and in_cgroup_of(*known)
 
     async def init_pid(self, name: str) -> int | None:
         from python_on_whales.exceptions import NoSuchContainer
@@ -367,12 +396,4 @@ def _local_pid(container: Any) -> int | None:
         return None
     # The engine may be another machine's (DOCKER_HOST): the pid is this host's only if the
     # process it names here is in the container's cgroup.
-    return int(pid) if _in_cgroup_of(int(pid), container.id) else None
-
-
-def _in_cgroup_of(pid: int, container_id: str) -> bool:
-    """Whether host process ``pid`` runs in the cgroup of container ``container_id``."""
-    try:
-        return container_id in Path(f"/proc/{pid}/cgroup").read_text()
-    except OSError:
-        return False
+    return int(pid) if in_cgroup_of(int(pid), container.id) else None

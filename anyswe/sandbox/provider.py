@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from anyswe._threads import in_thread
-from anyswe.errors import SandboxError, SandboxStartError
+from anyswe.errors import SandboxDiskFull, SandboxError, SandboxOutOfMemory, SandboxOverLimit, SandboxStartError
 from anyswe.sandbox.base import Sandbox, check_env
 from anyswe.sandbox.helper import HELPER_PATH, ensure_helper
 from anyswe.sandbox.labels import LABEL_SESSION
@@ -139,6 +139,24 @@ class SandboxProvider(ABC, Generic[C]):
         None when there is none (the sandbox's loss is then the runtime's or the host's)."""
         watch = self._oom.get(name)
         return None if watch is None else await in_thread(watch.evidence)
+
+    async def over_limit(self, name: str) -> SandboxOverLimit | None:
+        """Asked once sandbox ``name`` is gone: the error of its own limit that ended it (its memory, its
+        disk: the task's doing), or None (its loss is the runtime's or the host's)."""
+        if (disk := self.disk_exceeded(name)) is not None:
+            return SandboxDiskFull(disk)
+        if (oom := await self.out_of_memory(name)) is not None:
+            return SandboxOutOfMemory(oom)
+        return None
+
+    def limit_notes(self) -> list[str]:
+        """The limits of its sandboxes that are kept in a way a reader should know (the task's log)."""
+        return []
+
+    def disk_exceeded(self, name: str) -> str | None:
+        """The evidence that sandbox ``name`` was stopped for passing its disk limit (a provider that
+        watches one: docker's watchdog), or None."""
+        return None
 
     async def _watch_init(self, name: str, pid: int, memory: str | None) -> None:
         """Keep sandbox ``name``'s PID 1 (host pid ``pid``) out of the OOM killer's choice where the host

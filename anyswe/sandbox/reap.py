@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from anyswe._threads import in_thread
-from anyswe.errors import AnysweError, SandboxExecError, SandboxOutOfMemory, SandboxPidsExhausted
+from anyswe.errors import AnysweError, SandboxExecError, SandboxPidsExhausted
 
 if TYPE_CHECKING:
     from anyswe import _proc
@@ -180,14 +180,23 @@ def _refused(cgroup: Path) -> int:
 async def runtime_failure(sandbox: Sandbox[Any], result: _proc.ProcResult) -> AnysweError:
     """The error for a command the runtime could not run in ``sandbox``: the runtime's
     (:class:`SandboxExecError`, infra), unless the sandbox's own processes fill its pids limit, or
-    its own memory limit ended it (both the task's doing)."""
+    one of its own limits ended it (its memory, its disk: the task's doing)."""
     provider = sandbox.provider
     what = f"{provider.name} could not run a command in sandbox {sandbox.name}"
     pid = await provider.init_pid(sandbox.name)
     if pid is not None and await in_thread(at_pids_limit, pid):
         return SandboxPidsExhausted(f"{what}: its own processes fill its pids limit")
     if pid is None and (gone := await provider.gone_reason(sandbox.name)) is not None:
-        if (oom := await provider.out_of_memory(sandbox.name)) is not None:
-            return SandboxOutOfMemory(f"{what}: it died: {oom}")
+        if (own := await provider.over_limit(sandbox.name)) is not None:
+            made: AnysweError = type(own)(f"{what}: it died: {own}")
+            return made
         return SandboxExecError.from_proc(f"{what}: {gone}", result)
     return SandboxExecError.from_proc(what, result)
+
+
+def in_cgroup_of(pid: int, container_id: str) -> bool:
+    """Whether host process ``pid`` runs in the cgroup of container ``container_id``."""
+    try:
+        return container_id in Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return False

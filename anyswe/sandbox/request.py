@@ -40,6 +40,12 @@ SANDBOX_HOSTNAME = "sandbox"
 StoredImage = Callable[[], Awaitable[str]]
 
 
+def added_limit(**kwargs: Any) -> Any:
+    """A config field added after runs were made with the field's default in force by other means (or
+    none): its default is not in the task key, so those runs keep their keys; any other value is."""
+    return Field(**kwargs, json_schema_extra={"key_unless_default": True})
+
+
 def neutral(**kwargs: Any) -> Any:
     """A config field that cannot change a task's result (where or how many, not what).
 
@@ -122,13 +128,19 @@ class ProviderConfig(BaseModel):
         """Whether this config says which image every instance runs, whatever the dataset."""
         return self.image is not None
 
+    def notes(self, name: str) -> list[str]:
+        """What the plan says of how this provider (``providers.<name>``) keeps its limits; none by default."""
+        return []
+
     def key_payload(self) -> dict[str, Any]:
         """The fields that can change a result (everything not declared :func:`neutral`)."""
-        data = self.model_dump(mode="json")
+        data, fields = self.model_dump(mode="json"), type(self).model_fields
+        extra = {k: f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {} for k, f in fields.items()}
         return {
             k: v
             for k, v in data.items()
-            if not (type(self).model_fields[k].json_schema_extra or {}).get("result_neutral")  # type: ignore[union-attr]
+            if not extra[k].get("result_neutral")
+            and not (extra[k].get("key_unless_default") and v == fields[k].default)
         }
 
 

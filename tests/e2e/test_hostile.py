@@ -59,6 +59,12 @@ OOM = (
     "for i in $(seq 12); do python3 -c 'import time; b = b\"x\" * (40 << 20); time.sleep(60)' & done; wait"
 )
 
+# Writes 3 GB into the sandbox's own file system, 50 MB at a time: past a disk limit of 300 MB.
+DISKFILL = (
+    "for i in $(seq 60); do dd if=/dev/zero of=/tmp/fill-$i bs=1M count=50 status=none || break; sleep 0.2; done; "
+    "du -sm /tmp; sleep 3"
+)
+
 # The same two steps from a patch's conftest.py, in the grading sandbox, when the tests fail.
 CONFTEST_PTRACE = f"""\
 import subprocess, sys
@@ -75,6 +81,7 @@ def pytest_sessionfinish(session, exitstatus):
     if exitstatus != 0:
         subprocess.run(["bash", "-c", {OOM!r}])
 """
+CONFTEST_DISKFILL = CONFTEST_OOM.replace(repr(OOM), repr(DISKFILL))
 
 
 def host_may_lower_oom_score_adj() -> bool:
@@ -106,6 +113,7 @@ STEPS = {
     "conftest": [f"cat > conftest.py <<'EOF'\n{CONFTEST}EOF"],
     "ptrace": [f"python3 - <<'EOF'\n{PTRACE}EOF"],
     "oom": [OOM],
+    "diskfill": [DISKFILL],
     # A fork bomb in a session of its own, left running to fill the sandbox's pids when the agent ends.
     "forkbomb": ["setsid bash -c 'bomb() { bomb | bomb & }; bomb' >/dev/null 2>&1 </dev/null & sleep 4"],
 }
@@ -254,3 +262,44 @@ def test_ptrace_and_oom_of_pid_1_stay_the_tasks_own_on_both_runtimes(runtimes: N
             assert "oom_score_adj of PID 1: 1000" in log, what
         else:
             assert row["patch_applied"] and "SandboxOutOfMemory" in output, what
+
+
+def test_a_sandbox_that_writes_past_its_disk_limit_is_the_tasks_own_failure(runtimes: None, tmp_path: Path) -> None:
+    """An agent, or a patch's conftest in the grading sandbox, writes 3 GB into the sandbox past a 300 MB
+    limit. On docker (overlay2 over ext4 here: no size option, anyswe's watchdog) the sandbox is stopped
+    before the host's disk takes much of it: the agent's failure, unresolved, not masked, not retried.
+    On apptainer the overlay is full and the writes fail inside (the agent's capture too)."""
+    agents = {"diskfill": "{type: hostile, steps: diskfill}"}
+    predictions = tmp_path / "gradedisk.jsonl"
+    row = {"instance_id": "demo__inventory-4", "model_name_or_path": "gradedisk"}
+    predictions.write_text(json.dumps(row | {"model_patch": new_file_patch("conftest.py", CONFTEST_DISKFILL)}) + "\n")
+    agents["gradedisk"] = f"{{type: replay, predictions: {predictions}}}"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: hostile-disk\ndataset: {name: demo-swebench, instance_ids: [demo__inventory-4]}\n"
+        "agents:\n" + "".join(f"  {name}: {block}\n" for name, block in agents.items()) + "providers:\n"
+        "  docker: {type: docker, disk: 300m}\n  apptainer: {type: apptainer, overlay_size_mb: 300}\n"
+        "retries: {max_attempts: 3, backoff: 0.1}\n"
+    )
+    exp = Experiment.load(spec, run_dir=tmp_path / "run")
+    exp.run(progress=False)
+    assert len(read_results(exp.run_dir / "results.jsonl")) == 4  # one row each: nothing was retried
+    for row in exp.results().iter_rows(named=True):
+        task = exp.run_dir / "tasks" / row["key"]
+        log = (task / "agent.log").read_text() if (task / "agent.log").exists() else ""
+        what = f"{row['agent']} on {row['provider']}: {row}\n{log}"
+        assert row["attempt"] == 1 and not row["mask_sample"] and not row["resolved"], what
+        if row["provider"] == "apptainer":
+            # Its overlay is its limit: the writes failed inside, then the agent's capture did (the tests of
+            # the grading sandbox still ran to their end).
+            if row["agent"] == "diskfill":
+                assert row["error_kind"] == "agent" and "No space left on device" in row["error"], what
+            else:
+                assert row["error_kind"] is None and row["patch_applied"], what
+            continue
+        assert "disk limit 300.0M per sandbox, by anyswe's watchdog on its writable layer" in log, what
+        assert row["error_kind"] == "agent" and "SandboxDiskFull" in row["error"], what
+        used = re.search(r"passed its disk limit of 300\.0M \(([0-9.]+)([MG]) in its writable layer", row["error"])
+        assert used, what
+        # Stopped long before the 3 GB it was writing reached the host's disk.
+        assert float(used[1]) * (1024 if used[2] == "G" else 1) < 1500, what

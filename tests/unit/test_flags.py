@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from anyswe.grading.flags import FLAGS, patch_flags
+from anyswe.grading.flags import PATCH_FLAGS, patch_flags
 from anyswe.results.schema import SCHEMA_VERSION, parse_row, polars_schema
 from anyswe.results.tables import cell_table
 
@@ -65,7 +65,7 @@ def test_each_flag_on_its_own(verified: dict[str, dict[str, str]]) -> None:
     everything = gold + test_patch + new_file("conftest.py", "@pytest.mark.skip") + new_file("tox.ini", "[pytest]")
     everything += new_file("requests/hack.py", "import _pytest", "def pytest_configure(config): pass")
     everything += new_file("requests/more.py", "sys.modules['requests.models'] = None")
-    assert patch_flags(everything, test_patch) == list(FLAGS)
+    assert patch_flags(everything, test_patch) == list(PATCH_FLAGS)
     assert patch_flags("") == [] and patch_flags("not a diff") == []
 
 

@@ -13,7 +13,7 @@ from anyswe.agents import ExitReason
 from anyswe.execute.decide import Facts, decide, facts_of
 from anyswe.execute.outcome import Exit, Outcome
 from anyswe.execute.record import FIELDS, Record
-from anyswe.results.schema import Failure, FailureSource, TaskResult, parse_row
+from anyswe.results.schema import SCHEMA_VERSION, Failure, FailureSource, TaskResult, parse_row
 from anyswe.results.store import read_results
 
 E = ExitReason
@@ -140,7 +140,7 @@ def test_rows_of_schema_8_read_with_their_verdict_and_their_one_failure() -> Non
     """A real run's results.jsonl written by schema 8 (gold and noop on docker and on a provider whose image
     does not exist: four permanent infra errors), read by this version."""
     rows = read_results(Path(__file__).parent.parent / "fixtures" / "results_schema8" / "results.jsonl")
-    assert len(rows) == 8 and {r.schema_version for r in rows} == {9}
+    assert len(rows) == 8 and {r.schema_version for r in rows} == {SCHEMA_VERSION}
     for row in rows:
         assert row.tests_resolved == row.resolved
         if row.error_kind is None:
