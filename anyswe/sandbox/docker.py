@@ -383,7 +383,7 @@ class DockerProvider(SandboxProvider[DockerConfig]):
         if r.timed_out or (r.exit_code != 0 and others):
             raise SandboxError.from_proc("docker could not inspect anyswe's containers", r)
         found: dict[str, dict[str, str] | None] = {}
-        for line in r.stdout.decode().splitlines():
+        for line in filter(str.strip, r.stdout.decode().splitlines()):  # one removed meanwhile: an empty line
             name, labels = json.loads(line)
             found[name.lstrip("/")] = dict(labels or {})
         return found
