@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,8 +21,11 @@ if TYPE_CHECKING:
 _AGENT_ERROR_KIND = {"max_iterations": "max_iteration", "context_window": "context_window", "error": "other"}
 
 
-def gym_response(body: Mapping[str, Any], rollout: Rollout, *, queued_s: float = 0.0) -> dict[str, Any]:
-    """The rollout as nemo-gym's ``AnySweVerifyResponse`` (its fields and names), plus anyswe's own."""
+def gym_response(
+    body: Mapping[str, Any], rollout: Rollout, *, queued_s: float = 0.0, private: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The rollout as nemo-gym's ``AnySweVerifyResponse`` (its fields and names), plus anyswe's own; what of
+    the server's config an error names (``private``: its model's URL and name) is not sent."""
     from anyswe.gateway.render import responses_usage  # here: the gateway package imports aiohttp
 
     params = dict(body.get("responses_create_params") or {})
@@ -64,12 +67,12 @@ def gym_response(body: Mapping[str, Any], rollout: Rollout, *, queued_s: float =
         "agent_run_time": r.time_agent,
         "instance_config": instance_config,
         "failure_kind": failure_kind(rollout),
-        "failure_reason": (rollout.error or "")[:2000] or None,
+        "failure_reason": _told(rollout.error, private)[:2000] or None,
         # anyswe's own (Gym's model ignores fields it does not declare).
         "anyswe_error_kind": rollout.error_kind,
         "mask_reason": rollout.mask_reason,
         "exit_reason": rollout.exit_reason,
-        "error": rollout.error,
+        "error": _told(rollout.error, private) or None,
         "error_permanent": rollout.error_permanent,
         "flags": rollout.flags,
         "token_prefix_chain": rollout.token_prefix_chain,
@@ -152,3 +155,11 @@ def _reply_items(n: int, reply: StepReply, tools: dict[str, dict[str, Any]]) -> 
             }
         )
     return made
+
+
+def _told(error: str | None, private: Sequence[str]) -> str:
+    """``error`` as a client is told it: each of ``private`` (longest first) replaced by what it is."""
+    text = error or ""
+    for value in private:
+        text = text.replace(value, "<the server's model>")
+    return text

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from anyswe.errors import AnysweError, RequestError
+from anyswe.errors import AnysweError, RequestError, SpecError
 from anyswe.gym import gym_response
 from anyswe.serve_request import (
     MAX_DEPTH,
@@ -115,7 +115,7 @@ class Server:
             self.running -= 1
             self._slots.release()
         self.served += 1
-        return gym_response(body, rollout, queued_s=time.monotonic() - started)
+        return gym_response(body, rollout, queued_s=time.monotonic() - started, private=self._requests.private())
 
     # -- HTTP -------------------------------------------------------------------------------------
 
@@ -135,7 +135,10 @@ class Server:
         return web.json_response({"status": "ok", "run_id": run_id, **counts})
 
     def _authorized(self, request: web.Request) -> bool:
-        """Whether the request carries the server's bearer token (compared in constant time)."""
+        """Whether the request carries the server's bearer token (compared in constant time); every
+        request is, under the config's ``auth: none`` (a Gym deployment's trust domain)."""
+        if self.config.auth == "none":
+            return True
         if self.token is None:  # not yet made: nothing is let in before it is
             return False
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
@@ -241,7 +244,14 @@ class Server:
                 await site.start()
                 self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
                 print(f"anyswe serve: listening on http://{host}:{self.port}", flush=True)
-                if self.token is None:  # made here, kept beside the run's state, said where (never itself)
+                if cfg.auth == "none":
+                    print(
+                        f"anyswe serve: warning: auth: none: /run answers any client that reaches {host}:{self.port}, "
+                        "without a token (the config's choice, for servers in one trust domain)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                elif self.token is None:  # made here, kept beside the run's state, said where (never itself)
                     self.token = secrets.token_urlsafe(32)
                     made_token = token_path(cfg.run_dir, session.run_id)
                     write_token(made_token, self.token)
@@ -258,12 +268,33 @@ class Server:
         print("anyswe serve: stopped; every sandbox removed", flush=True)
 
 
+def check_auth(config: ServeConfig, host: str, token_file: Path | None) -> None:
+    """Refuse ``auth: none`` on an address other than loopback unless the config also allows it, and a
+    token file that ``auth: none`` would ignore (a SpecError naming the field)."""
+    import ipaddress
+
+    if config.auth != "none":
+        return
+    if token_file is not None:
+        raise SpecError("auth: none takes no --token-file: no request is asked for a token")
+    try:
+        loopback = ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback and not config.auth_none_off_loopback:
+        raise SpecError(
+            f"auth: none on {host}: any client that reaches this address could run rollouts; listen on "
+            "127.0.0.1, or say auth_none_off_loopback: true in the config as well"
+        )
+
+
 def serve(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, token_file: Path | None = None) -> None:
     """Run the server in this process until SIGTERM or SIGINT (the process is the server's: its heap is
     settled once it listens, _sync.settle_heap). ``/run`` needs the token in ``token_file``; without
     one the server makes a token and writes it to :func:`token_path`."""
     from anyswe._sync import settle_heap
 
+    check_auth(config, host, token_file)
     token = read_token(token_file) if token_file is not None else None
     ready = asyncio.Event()
 

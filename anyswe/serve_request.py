@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
@@ -76,6 +75,19 @@ class ServeConfig(BaseModel):
     gateway_host: str | None = None
     #: Record every rollout here as ``anyswe apply`` records a run (``anyswe results`` reads it).
     run_dir: Path | None = None
+    #: Who may call ``/run``: ``token`` (a bearer token, the default) or ``none``, for a NeMo Gym deployment
+    #: whose servers call each other without credentials inside one trust domain (its ServerClient sends no
+    #: Authorization header). Only this config sets it, never a request; the server warns at start with the
+    #: address it listens on, and refuses ``none`` on an address other than loopback unless
+    #: ``auth_none_off_loopback`` says so too.
+    auth: Literal["token", "none"] = "token"
+    auth_none_off_loopback: bool = False
+    #: Which model names a request may ask for (``responses_create_params.model``): the model block's own
+    #: ``model`` and these; and the range each sampling parameter a request sets must lie in.
+    request_models: list[str] = Field(default_factory=list)
+    sampling_bounds: dict[str, tuple[float, float]] = Field(
+        default_factory=lambda: {"temperature": (0.0, 2.0), "top_p": (0.0, 1.0), "max_output_tokens": (1, 131072)}
+    )
 
     @field_validator("agents", "models", "providers")
     @classmethod
@@ -150,6 +162,20 @@ class Requests:
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
+
+    def private(self) -> list[str]:
+        """What of the config a client is not told in an error: every model block's URL (and the server it
+        names) and model name, longest first."""
+        from urllib.parse import urlsplit
+
+        found: set[str] = set()
+        for block in self.config.choices("model").values():
+            if isinstance(block, Mapping):
+                url = str(block.get("base_url") or "").rstrip("/")
+                parts = urlsplit(url)
+                found |= {url, url.removesuffix("/v1"), parts.netloc, f"{parts.scheme}://{parts.netloc}"}
+                found.add(str(block.get("model") or ""))
+        return sorted((s for s in found if len(s) >= 4 and s != "://"), key=len, reverse=True)
 
     def _named(self, own: Mapping[str, Any], kind: str) -> Any:
         """The declared block the request's ``anyswe.<kind>`` names (the default when it names none)."""
@@ -232,9 +258,9 @@ class Requests:
             "timeouts": self.config.timeouts,
         }
 
-    @staticmethod
-    def _policy_model(model: dict[str, Any], params: Mapping[str, Any], rollout_id: Any) -> dict[str, Any]:
-        """Gym's routing: the model server's root with the rollout prefix, the request's model and sampling."""
+    def _policy_model(self, model: dict[str, Any], params: Mapping[str, Any], rollout_id: Any) -> dict[str, Any]:
+        """Gym's routing: the model server's root with the rollout prefix, the request's model and sampling,
+        each within what the config allows (a key of the server's is not the client's to spend as it likes)."""
         root = str(model.get("base_url") or "").rstrip("/")
         # A root given with its /v1 (the way OpenAI clients are configured) gets no second one.
         root = root.removesuffix("/v1")
@@ -249,6 +275,11 @@ class Requests:
                 continue
             if isinstance(v, bool) or not isinstance(v, int | float):
                 raise RequestError(f"responses_create_params.{k} must be a number")
+            low, high = self.config.sampling_bounds.get(k, (float("-inf"), float("inf")))
+            if not low <= v <= high:
+                raise RequestError(
+                    f"responses_create_params.{k} {v:g} is outside this server's bounds [{low:g}, {high:g}]"
+                )
             sampling["max_tokens" if k == "max_output_tokens" else k] = v
         out = {**model, "params": {**model.get("params", {}), **sampling}}
         if root:
@@ -256,6 +287,12 @@ class Requests:
         if params.get("model"):
             if not isinstance(params["model"], str):
                 raise RequestError("responses_create_params.model must be a string")
+            allowed = {str(m) for m in (model.get("model"), *self.config.request_models) if m}
+            if (allowed or model.get("api_key_env")) and params["model"] not in allowed:
+                raise RequestError(
+                    f"responses_create_params.model {params['model'][:80]!r} is not a model this server serves "
+                    "(its config's model block and request_models)"
+                )
             out["model"] = params["model"]
         return out
 
@@ -286,6 +323,6 @@ def read_token(path: Path) -> str:
         raise SpecError(f"--token-file {path}: {exc.strerror or exc}") from None
     if len(token) < 16:
         raise SpecError(f"--token-file {path}: a token of at least 16 characters is needed")
-    if path.stat().st_mode & 0o077:
-        print(f"anyswe serve: warning: {path} is readable by other users", file=sys.stderr, flush=True)
+    if path.stat().st_mode & 0o077:  # as ssh refuses a key others can read
+        raise SpecError(f"--token-file {path}: other users may read or write it (chmod 600 {path})")
     return token

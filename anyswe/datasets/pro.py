@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from anyswe._files import name_problem
 from anyswe.datasets.registry import Benchmark
 from anyswe.errors import DatasetError
 
@@ -122,6 +123,8 @@ class SWEbenchPro(Benchmark):
             row["FAIL_TO_PASS"] = row.get("fail_to_pass", [])
             row["PASS_TO_PASS"] = row.get("pass_to_pass", [])
         iid, repo = str(row.get("instance_id", "")), str(row.get("repo", ""))
+        if iid and (problem := name_problem(iid)) is not None:  # before it names a path or an image
+            raise DatasetError(f"a SWE-bench Pro row's instance_id {iid[:80]!r} {problem}")
         if "docker_image" not in row and iid and repo.count("/") == 1:
             row["docker_image"] = f"{IMAGE_REPOSITORY}:{image_tag(iid, repo)}"
         where = assets or (source.parent / "assets" if source is not None else None)

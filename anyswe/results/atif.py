@@ -25,7 +25,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from anyswe._text import escape_surrogates
 from anyswe.errors import ResultsError
+from anyswe.results.report_detail import run_trajectory
 from anyswe.results.store import RESULTS, latest_attempts, read_results
 
 if TYPE_CHECKING:
@@ -45,28 +47,36 @@ def export_atif(run_dir: str | Path, out: str | Path | None = None) -> list[Path
         raise ResultsError(f"{run} is not a run directory: it has no {RESULTS}")
     target = Path(out) if out is not None else run / ATIF_DIR
     agent_types = _agent_types(run)
-    written = []
+    docs: dict[str, dict[str, Any]] = {}
     for row in latest_attempts(read_results(run / RESULTS)):
-        trajectory = run / (row.trajectory_path or f"tasks/{row.key}/trajectory.jsonl")
-        if not trajectory.is_file():
+        # Read from the run directory only, as the report reads it: a row's trajectory_path (the run is
+        # untrusted: it may come from elsewhere) leads nowhere out of it, through no link.
+        steps = run_trajectory(run, {"key": row.key, "trajectory_path": row.trajectory_path})
+        if steps is None:
             continue  # a model-free agent (gold, noop, replay of predictions): no trajectory to export
-        doc = task_atif(row, trajectory, agent_types.get(row.agent, row.agent))
+        docs[row.key] = task_atif(row, steps, agent_types.get(row.agent, row.agent))
+    # All or nothing: every document made before any is written, then each put in place whole (a lone
+    # surrogate in a reply as its JSON escape: UTF-8 cannot hold it, and read back it is the same string).
+    if docs:
         target.mkdir(parents=True, exist_ok=True)
-        path = target / f"{row.key}.json"
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-        written.append(path)
-    return written
+    made = {
+        target / f"{key}.json": escape_surrogates(json.dumps(doc, indent=1, ensure_ascii=False))
+        for key, doc in docs.items()
+    }
+    partial = [path.with_name(f".{path.name}.{os.getpid()}") for path in made]
+    try:
+        for tmp, text in zip(partial, made.values(), strict=True):
+            tmp.write_text(text + "\n")
+        for tmp, path in zip(partial, made, strict=True):
+            os.replace(tmp, path)
+    finally:
+        for tmp in partial:
+            tmp.unlink(missing_ok=True)
+    return list(made)
 
 
-def task_atif(row: TaskResult, trajectory: Path, agent_type: str) -> dict[str, Any]:
-    """One task's ATIF document (validated), from its result row and its trajectory file."""
-    from anyswe.agents import transcript_readers
-    from anyswe.gateway.trajectory import read_trajectory
-
-    beside = trajectory.parent
-    transcripts = {n: p.read_text(errors="replace") for n in transcript_readers() if (p := beside / n).is_file()}
+def task_atif(row: TaskResult, steps: list[Step], agent_type: str) -> dict[str, Any]:
+    """One task's ATIF document (validated), from its result row and its trajectory's steps."""
     verdict = {
         "key": row.key,
         "instance_id": row.instance_id,
@@ -78,7 +88,6 @@ def task_atif(row: TaskResult, trajectory: Path, agent_type: str) -> dict[str, A
         "mask_sample": row.mask_sample,
         "exit_reason": None if row.exit_reason is None else str(row.exit_reason),
     }
-    steps = read_trajectory(trajectory, transcripts)
     return to_atif(steps, agent=agent_type, model=row.model, session_id=row.key, cost_usd=row.cost_usd, extra=verdict)
 
 
@@ -218,9 +227,11 @@ def _stamp(when: float) -> str | None:
 
 def _agent_version(agent_type: str) -> str:
     from anyswe import __version__
-    from anyswe.agents import agent_class
+    from anyswe.agents import AGENTS, agent_class
     from anyswe.errors import AnysweError
 
+    if agent_type not in AGENTS:  # a dotted path a run's spec.yaml names is not imported (nor a typo)
+        return f"anyswe {__version__}"
     try:
         version = agent_class(agent_type).release()
     except AnysweError:

@@ -14,10 +14,12 @@ import json
 import os
 import pickle
 import sys
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from anyswe._files import TaskDir
+from anyswe.errors import ResultsError
 from anyswe.results.schema import PHASE_FIELDS
 
 #: Characters kept of each text (a patch, a log, a message).
@@ -38,7 +40,15 @@ def page_json(value: Any) -> str:
     return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _trajectory(run: Path, task: TaskDir, row: dict[str, Any], problems: list[str]) -> list[Any]:
+def run_trajectory(run: Path, row: Mapping[str, Any], problems: list[str] | None = None) -> list[Any] | None:
+    """A row's steps read from its run directory only (no link followed at any step, no path out of the
+    run), with its agent transcripts; None when it has no trajectory. ``problems``: as
+    :func:`~anyswe.gateway.trajectory.read_trajectory` takes it (None: a line that cannot be read raises)."""
+    with TaskDir(run, f"tasks/{row['key']}") as task:
+        return _trajectory(run, task, row, problems)
+
+
+def _trajectory(run: Path, task: TaskDir, row: Mapping[str, Any], problems: list[str] | None) -> list[Any] | None:
     """The task's steps as :func:`~anyswe.gateway.trajectory.read_trajectory` reads them, the file and its
     agent transcripts read without following a link: from the task's open directory when the trajectory
     is in it (as the gateway writes it), else from its own."""
@@ -54,9 +64,13 @@ def _trajectory(run: Path, task: TaskDir, row: dict[str, Any], problems: list[st
             with TaskDir(run, parent) as where:
                 text, transcripts = _read_beside(where, path.name)
     except ValueError:  # absolute, through "..", or no file name: not a file of the run
-        return []
+        if problems is None:
+            raise ResultsError(f"{run}: task {row['key']}'s trajectory_path {rel!r} is not a file of the run") from None
+        return None
     if text is None:
-        return []
+        return None
+    if problems is None and text.startswith("[anyswe: "):  # refused: through a link, not a regular file
+        raise ResultsError(f"{run}: {text.strip()[9:-1]}")
     return read_trajectory(run / rel, transcripts, problems=problems, text=text)
 
 
@@ -80,7 +94,7 @@ def _steps(run: Path, task: TaskDir, row: dict[str, Any], problems: list[str]) -
     """The task's trajectory as the page draws it; each line it cannot read (file:line: why) goes to
     ``problems``."""
     out = []
-    for s in _trajectory(run, task, row, problems):
+    for s in _trajectory(run, task, row, problems) or []:
         reply = s.reply
         out.append(
             {

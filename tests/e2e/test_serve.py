@@ -14,13 +14,14 @@ import asyncio
 import json
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gymkit import AUTH, gym_python, gym_rows, serve_argv, started, validate
+from gymkit import AUTH, GYM, gym_python, gym_rows, serve_argv, started, validate
 
 __all__ = ["gym_python"]  # the fixture, used by name
 
@@ -286,3 +287,38 @@ def test_sigterm_stops_the_server_and_removes_every_sandbox(server: Served, gym_
     assert server.proc.stdout is not None
     assert code == 0 and "every sandbox removed" in server.proc.stdout.read()
     assert sandboxes(run_id) == []  # removed before the server exited, not later
+
+
+def test_gyms_own_client_runs_a_rollout_through_a_server_whose_config_says_auth_none(
+    tmp_path: Path, gym_python: Path
+) -> None:
+    """NeMo Gym's rollout collection posts /run through its ServerClient with no Authorization header: a
+    server whose config says ``auth: none`` answers it (with a warning naming its address at start), and
+    the response validates against Gym's own model; a server with the default token refuses the same call."""
+    rows = gym_rows(gym_python, ["demo__calc-1"])
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps(rows[0]))
+    for auth in ("none", "token"):
+        config = tmp_path / f"serve-{auth}.yaml"
+        config.write_text(CONFIG + f"auth: {auth}\n")
+        argv = [sys.executable, "-m", "anyswe", "serve", "--config", str(config), "--port", "0"]
+        proc, url = started(argv if auth == "none" else serve_argv(config))
+        try:
+            host, port = url.removeprefix("http://").rsplit(":", 1)
+            if auth == "none":
+                assert proc.stdout is not None
+                warning = proc.stdout.readline()
+                assert "warning: auth: none" in warning and f"{host}:{port}" in warning, warning
+            client = [str(gym_python), str(GYM / "gym_client.py"), host, port, str(request)]
+            # In a directory of its own: Gym's modules write an outputs/ directory where they run.
+            r = subprocess.run(client, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+            assert r.returncode == 0, r.stderr[-4000:]
+            assert json.loads(r.stdout.splitlines()[-1])["status"] == (200 if auth == "none" else 401), r.stdout
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
+        if auth == "none":
+            response = json.loads(request.with_suffix(".response.json").read_text())
+            assert response["reward"] == 1.0 and response["resolved"], response
+            (parsed,) = validate(gym_python, [response], tmp_path)
+            assert parsed["reward"] == 1.0 and not parsed["mask_sample"]

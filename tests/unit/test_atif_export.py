@@ -70,3 +70,84 @@ def test_steps_map_onto_atif_and_validate() -> None:
         and traj.final_metrics.total_steps == 2
         and traj.final_metrics.total_cost_usd == 0.002
     )
+
+
+# -- export_atif over a real run directory (an old one: its rows are migrated as read) -----------------
+
+import json  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from anyswe.errors import ResultsError  # noqa: E402
+from anyswe.results.atif import export_atif  # noqa: E402
+
+RUN = Path(__file__).resolve().parents[1] / "fixtures" / "run_before_trajectory_contract"
+
+
+def _run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    return run
+
+
+def _trajectories(run: Path) -> list[Path]:
+    return sorted(run.glob("tasks/*/trajectory.jsonl"))
+
+
+def test_a_reply_with_a_lone_surrogate_is_exported_as_its_escape_with_every_other_task(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    first = _trajectories(run)[0]
+    lines = first.read_text().splitlines()
+    step = json.loads(lines[-1])
+    step["reply"]["text"] = "half a pair: \ud800 here"  # as a model's JSON can hold it (\ud800)
+    lines[-1] = json.dumps(step)  # ensure_ascii: the escape
+    first.write_text("\n".join(lines) + "\n")
+    written = export_atif(run)
+    assert len(written) == 3 and all(p.is_file() for p in written)
+    text = (run / "atif" / f"{first.parent.name}.json").read_text()
+    assert "half a pair: \\ud800 here" in text
+    assert json.loads(text)  # the escape reads back as the same string
+    assert not list((run / "atif").glob(".*"))  # no temporary file left
+
+
+def test_a_trajectory_that_cannot_be_read_exports_nothing_at_all(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    with _trajectories(run)[1].open("a") as fh:
+        fh.write("not a step\n{}\n")
+    with pytest.raises(ResultsError, match=r"trajectory\.jsonl:"):
+        export_atif(run)
+    assert not (run / "atif").exists() or not list((run / "atif").iterdir())
+
+
+def test_nothing_outside_the_run_is_read_and_no_module_a_run_names_is_imported(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.copy(_trajectories(RUN)[0], outside / "trajectory.jsonl")
+    # Out of the run by a row's trajectory_path, and through a link: refused by name, nothing written.
+    by_path, by_link = _run(tmp_path / "a"), _run(tmp_path / "b")
+    rows = [json.loads(line) for line in (by_path / "results.jsonl").read_text().splitlines()]
+    rows[0]["trajectory_path"] = "../../outside/trajectory.jsonl"
+    (by_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    linked = by_link / "tasks" / rows[1]["key"] / "trajectory.jsonl"
+    linked.unlink()
+    linked.symlink_to(outside / "trajectory.jsonl")
+    for run, words in ((by_path, "is not a file of the run"), (by_link, "not copied")):
+        with pytest.raises(ResultsError, match=words):
+            export_atif(run)
+        assert not (run / "atif").exists()
+    # A run's spec.yaml naming an agent type by a dotted path: never imported for its version.
+    run = _run(tmp_path / "c")
+    (tmp_path / "planted_agent.py").write_text("import pathlib\npathlib.Path(__file__).with_suffix('.ran').touch()\n")
+    (run / "spec.yaml").write_text(
+        (run / "spec.yaml").read_text().replace("type: mini-swe-agent", "type: planted_agent:Agent")
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        written = export_atif(run)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert len(written) == 3
+    assert not (tmp_path / "planted_agent.ran").exists() and "planted_agent" not in sys.modules

@@ -6,6 +6,7 @@ of issue 31: a request names only what the server's config declares, over real H
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -393,4 +394,68 @@ def test_a_token_file_must_hold_a_real_token(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"--token-file .*missing"):
         read_token(tmp_path / "missing")
     path.write_text("z" * 40 + "\n")
+    path.chmod(0o644)  # as ssh refuses a key others may read
+    with pytest.raises(SpecError, match=rf"--token-file {path}: other users may read or write it \(chmod 600"):
+        read_token(path)
+    path.chmod(0o600)
     assert read_token(path) == "z" * 40
+
+
+def test_auth_none_is_the_configs_own_choice_and_only_on_loopback_unless_it_says_more(tmp_path: Path) -> None:
+    from anyswe.errors import SpecError
+    from anyswe.serve import check_auth
+
+    open_ = ServeConfig(auth="none")
+    check_auth(open_, "127.0.0.1", None)
+    check_auth(open_, "::1", None)
+    for host in ("0.0.0.0", "10.1.2.3", "gym-head"):
+        with pytest.raises(SpecError, match=f"auth: none on {host}: any client"):
+            check_auth(open_, host, None)
+        check_auth(ServeConfig(auth="none", auth_none_off_loopback=True), host, None)
+    with pytest.raises(SpecError, match="auth: none takes no --token-file"):
+        check_auth(open_, "127.0.0.1", tmp_path / "token")
+    check_auth(ServeConfig(), "0.0.0.0", None)  # a token guards it
+    with pytest.raises(ValueError, match="auth"):
+        ServeConfig(auth="open")  # type: ignore[arg-type]
+
+
+def _policy(config: ServeConfig, params: dict[str, object]) -> dict[str, object]:
+    body = {"responses_create_params": {"metadata": {"instance_id": "demo__calc-1"}, **params}}
+    return dict(Server(config).blocks(body)[1]["model"])
+
+
+def test_a_request_samples_and_names_its_model_only_within_the_configs_bounds() -> None:
+    keyed = {"api": "openai-chat", "base_url": "http://10.0.0.5:8000", "api_key_env": "PAID_KEY", "model": "m-1"}
+    config = ServeConfig(model=keyed, dataset="demo", request_models=["m-2"])
+    assert _policy(config, {"model": "m-2", "temperature": 1.5, "top_p": 0.5})["params"] == {
+        "temperature": 1.5,
+        "top_p": 0.5,
+    }
+    for params, words in (
+        ({"temperature": 7}, "temperature 7 is outside this server's bounds [0, 2]"),
+        ({"max_output_tokens": 10**9}, "max_output_tokens 1e+09 is outside"),
+        ({"top_p": -1}, "top_p -1 is outside"),
+        ({"model": "the-expensive-one"}, "'the-expensive-one' is not a model this server serves"),
+    ):
+        with pytest.raises(RequestError, match=re.escape(words)):
+            _policy(config, params)
+    # A key of the server's and no model named: a request may not choose one to spend it on.
+    keyed_unnamed = ServeConfig(model={k: v for k, v in keyed.items() if k != "model"}, dataset="demo")
+    with pytest.raises(RequestError, match="not a model this server serves"):
+        _policy(keyed_unnamed, {"model": "anything"})
+    # Gym's own policy server, no key: the request names its policy, as Gym routes it.
+    free = ServeConfig(model={"api": "openai-chat", "base_url": "http://10.0.0.5:8000"}, dataset="demo")
+    assert _policy(free, {"model": "Qwen/Qwen3-8B"})["model"] == "Qwen/Qwen3-8B"
+    bounded = ServeConfig(model=free.model, dataset="demo", sampling_bounds={"temperature": (0.0, 0.5)})
+    with pytest.raises(RequestError, match=r"temperature 1 is outside this server's bounds \[0, 0.5\]"):
+        _policy(bounded, {"temperature": 1.0})
+
+
+def test_an_error_a_client_is_told_names_nothing_of_the_servers_model() -> None:
+    from anyswe.gym import _told
+    from anyswe.serve_request import Requests
+
+    config = ServeConfig(model={"api": "openai-chat", "base_url": "http://10.0.0.5:8000/v1", "model": "policy-7b"})
+    error = "the model's upstream failed (2 calls; last 503: http://10.0.0.5:8000/v1/chat/completions policy-7b)"
+    told = _told(error, Requests(config).private())
+    assert "10.0.0.5" not in told and "policy-7b" not in told and told.startswith("the model's upstream failed")

@@ -135,3 +135,11 @@ def test_resolved_is_every_fail_to_pass_and_pass_to_pass_test_passed(
 def test_rows_without_their_assets_say_where_they_looked(pro: Path, tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match=r"rows.jsonl: row 1: SWE-bench Pro assets: cannot read .*nowhere"):
         load_dataset("swe-bench-pro", pro / "rows.jsonl", assets=tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("iid", ["../../../etc/passwd", "instance_x/../../y", ".hidden", "a b"])
+def test_an_instance_id_is_checked_before_it_names_an_asset_path(pro: Path, tmp_path: Path, iid: str) -> None:
+    row = json.loads((pro / "rows.jsonl").read_text().splitlines()[0])
+    (tmp_path / "rows.jsonl").write_text(json.dumps({**row, "instance_id": iid}) + "\n")
+    with pytest.raises(DatasetError, match=r"rows.jsonl: row 1: a SWE-bench Pro row's instance_id .* (may|is)"):
+        load_dataset("swe-bench-pro", tmp_path / "rows.jsonl", assets=pro / "assets")
