@@ -28,6 +28,7 @@ from anyswe.grading.base import Harness, LogVerdict
 
 if TYPE_CHECKING:
     from anyswe.datasets.instance import Instance
+    from anyswe.grading.testrecord import Check, RunRecord
 
 OUTPUT_START = ">>>>> anyswe: SWE-bench Pro output.json"
 OUTPUT_END = ">>>>> anyswe: end of output.json"
@@ -100,6 +101,29 @@ class ProHarness(Harness):
         ]
         return "\n".join(lines) + "\n"
 
+    def runs_pytest(self, instance: Instance) -> bool:
+        return str((instance.model_extra or {}).get("repo_language", "")).lower() == "python"
+
+    def check_record(
+        self, instance: Instance, test_output: str, record: RunRecord | None, *, expected: bool
+    ) -> Check | None:
+        """``output.json`` (Pro's parser: a test's last status) against pytest's record of the run, under
+        the parser's names: a test id up to its first space, the statuses it reports."""
+        from anyswe.grading import testrecord
+
+        said = {name: [status] for name, status in statuses(test_output).items()}
+
+        def named(found: RunRecord) -> dict[str, set[str]]:
+            out: dict[str, set[str]] = {}
+            for nodeid, seen in found.statuses.items():
+                out.setdefault(nodeid.split(" ")[0], set()).update(s for s in seen if s in _PRO_STATUSES)
+            return {k: v for k, v in out.items() if v}
+
+        tests = [*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS]
+        return testrecord.compare(
+            "", lambda _log: {}, tests, record, expected=expected, record_names=named, log_statuses=said
+        )  # fmt: skip
+
     def _grade_log(self, instance: Instance, test_output: str) -> LogVerdict:
         passed = passed_tests(test_output)
         buckets: dict[str, dict[str, list[str]]] = {}
@@ -113,19 +137,28 @@ class ProHarness(Harness):
         return LogVerdict(resolved=resolved, tests_status=buckets)
 
 
+#: The statuses Pro's parsers report (a test pytest says XFAIL or XPASS is in no output.json).
+_PRO_STATUSES = frozenset({"PASSED", "FAILED", "SKIPPED", "ERROR"})
+
+
 def passed_tests(test_output: str) -> set[str]:
     """The names ``output.json`` (between the markers of the log) gives status PASSED; none if it is missing."""
+    return {name for name, status in statuses(test_output).items() if status == "PASSED"}
+
+
+def statuses(test_output: str) -> dict[str, str]:
+    """Each test's status in ``output.json`` (between the markers of the log); none if it is missing."""
     start = test_output.rfind(OUTPUT_START)
     if start < 0:
-        return set()
+        return {}
     body = test_output[start + len(OUTPUT_START) :]
     body = body[: body.find(OUTPUT_END)] if OUTPUT_END in body else body
     try:
         output = json.loads(body)
     except ValueError:  # parser.py failed: cat printed nothing, or an error
-        return set()
+        return {}
     tests = output.get("tests") if isinstance(output, dict) else None
-    return {str(t["name"]) for t in tests or [] if isinstance(t, dict) and t.get("status") == "PASSED"}
+    return {str(t["name"]): str(t.get("status")) for t in tests or [] if isinstance(t, dict) and "name" in t}
 
 
-__all__ = ["OUTPUT_END", "OUTPUT_START", "ProHarness", "passed_tests", "strip_binary_hunks"]
+__all__ = ["OUTPUT_END", "OUTPUT_START", "ProHarness", "passed_tests", "statuses", "strip_binary_hunks"]

@@ -143,3 +143,28 @@ def test_an_instance_id_is_checked_before_it_names_an_asset_path(pro: Path, tmp_
     (tmp_path / "rows.jsonl").write_text(json.dumps({**row, "instance_id": iid}) + "\n")
     with pytest.raises(DatasetError, match=r"rows.jsonl: row 1: a SWE-bench Pro row's instance_id .* (may|is)"):
         load_dataset("swe-bench-pro", tmp_path / "rows.jsonl", assets=pro / "assets")
+
+
+def test_output_json_is_set_against_pytests_record_under_pros_names(rows: dict[str, Instance]) -> None:
+    from anyswe.grading import testrecord
+
+    instance = next(i for i in rows.values() if (i.model_extra or {}).get("repo_language") == "python")
+    harness = get_harness("swebench-pro")
+    assert harness.runs_pytest(instance)
+    f2p = instance.FAIL_TO_PASS[0]
+    tests = [{"name": t, "status": "PASSED"} for t in [*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS]]
+    log = f"{OUTPUT_START}\n{json.dumps({'tests': tests})}\n{OUTPUT_END}\n"
+
+    def record(status: str) -> testrecord.RunRecord:
+        lines = [{"kind": "start"}] + [
+            {"kind": "report", "nodeid": t["name"], "when": "call", "outcome": "passed"} for t in tests
+        ]
+        lines[1]["outcome"] = status  # the first FAIL_TO_PASS test
+        return testrecord.read_record("\n".join(json.dumps(x) for x in lines))
+
+    honest = harness.check_record(instance, log, record("passed"), expected=True)
+    assert honest is not None and (honest.record, honest.flags) == ("compared", [])
+    forged = harness.check_record(instance, log, record("failed"), expected=True)
+    assert forged is not None and forged.disagree == {f2p: {"log": "PASSED", "record": "FAILED"}}
+    missing = harness.check_record(instance, log, None, expected=True)
+    assert missing is not None and missing.record == "missing" and missing.flags == ["runner_tamper"]

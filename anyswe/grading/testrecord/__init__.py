@@ -65,6 +65,8 @@ def prelude(path: str) -> str:
             # pytest could not load; no file at all is one taken away.
             f"printf '%s\\n' '{{\"kind\": \"armed\"}}' > {path}",
             f'export PYTEST_ADDOPTS="${{PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }}-p {PLUGIN} --anyswe-record={path}"',
+            # Also by name and variable: an eval script that sets PYTEST_ADDOPTS itself (Pro's) keeps these.
+            f'export PYTEST_PLUGINS="${{PYTEST_PLUGINS:+$PYTEST_PLUGINS,}}{PLUGIN}" ANYSWE_PYTEST_RECORD={path}',
             f'export PYTHONPATH="{PLUGIN_MOUNT}${{PYTHONPATH:+:$PYTHONPATH}}"',
             "for v in 6 7 8 9 10 11 12 13 14; do d=~/.local/lib/python3.$v/site-packages; "
             f'[ -e "$d/{PLUGIN}.py" ] || {{ mkdir -p "$d" && ln -s {PLUGIN_MOUNT}/{PLUGIN}.py "$d/"; }}; '
@@ -207,12 +209,15 @@ def compare(
     *,
     expected: bool,
     record_names: Callable[[RunRecord], dict[str, set[str]]] | None = None,
+    log_statuses: dict[str, list[str]] | None = None,
 ) -> Check:
     """The log (the tests' span the verdict was read from) against ``record`` for ``tests`` (FAIL_TO_PASS
     and PASS_TO_PASS). ``expected``: the harness ran the tests under pytest with the plugin, so a missing
-    record is a finding; ``record_names``: the record under the log's names (default: through ``parse``)."""
+    record is a finding; ``record_names``: the record under the log's names (default: through ``parse``);
+    ``log_statuses``: each test's statuses in the log, where the harness reads them otherwise than a line
+    at a time (default: ``parse`` line by line)."""
     wanted = list(dict.fromkeys(tests))
-    in_log = statuses_per_line(_ANSI.sub("", log), parse)
+    in_log = log_statuses if log_statuses is not None else statuses_per_line(_ANSI.sub("", log), parse)
     conflicts = {t: in_log[t] for t in wanted if t in in_log and in_log[t][-1] in PASSING and FAILING & set(in_log[t])}
     passing_in_log = [t for t in wanted if t in in_log and in_log[t][-1] in PASSING]
     if record is None or not record.started:

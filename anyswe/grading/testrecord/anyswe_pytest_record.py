@@ -1,17 +1,18 @@
 """anyswe's record of a pytest run: a second account of each test's outcome, beside the log.
 
-Loaded by pytest before anything of the repository (``-p anyswe_pytest_record``, which anyswe appends
-to ``PYTEST_ADDOPTS`` in a grading sandbox only), it writes one JSON line per test report to the file
-``--anyswe-record`` names, outside the work tree, and says whether the runner's own report machinery
-was changed while the tests ran (a module of ``_pytest`` or ``pluggy`` replaced, or a function or
-class attribute of one rebound). The log parser reads what the tests printed, which the code under
-test can print too (an ``atexit`` writing ``PASSED`` lines); this file is what pytest itself made of
-each test. anyswe compares the two on the host (``anyswe/grading/testrecord/__init__.py``).
+Loaded by pytest before anything of the repository (``-p anyswe_pytest_record`` in ``PYTEST_ADDOPTS``,
+and by name in ``PYTEST_PLUGINS``, set in a grading sandbox only), it writes one JSON line per test
+report to the file ``--anyswe-record`` (or ``ANYSWE_PYTEST_RECORD``) names, outside the work tree,
+and says whether the runner's own report machinery was changed while the tests ran (a module of
+``_pytest`` or ``pluggy`` replaced, or a function or class attribute of one rebound). The log parser
+reads what the tests printed, which the code under test can print too (an ``atexit`` writing
+``PASSED`` lines); this file is what pytest itself made of each test. anyswe compares the two on the
+host (``anyswe/grading/testrecord/__init__.py``).
 
-It prints nothing, changes no option, no report and no outcome, and takes its own arguments back out
-of ``PYTEST_ADDOPTS`` once read, so a pytest the tests start sees the variable as it was. A second
-session in the same process (pytester) or in a child process records nothing. Where the runner is
-the code under test (pytest's own repository) it records only that.
+It prints nothing, changes no option, no report and no outcome, and gives the environment back as it
+was once read (its options out of ``PYTEST_ADDOPTS`` and ``PYTEST_PLUGINS``), so a pytest the tests
+start loads nothing of it. A second session in the same process (pytester) or in a child process
+records nothing. Where the runner is the code under test (pytest's own repository) it records only that.
 
 Standalone: any Python 3 and pytest from 3.x on, nothing imported but the standard library and pytest.
 """
@@ -29,6 +30,8 @@ if False:  # for type checkers only (typing.TYPE_CHECKING: this file must not im
 #: What anyswe appends to PYTEST_ADDOPTS, up to the record's path (taken back out at configure).
 OPTION = "--anyswe-record"
 _TAKEN = "ANYSWE_PYTEST_RECORD_TAKEN"
+_PATH_VAR = "ANYSWE_PYTEST_RECORD"
+_NAME = "anyswe_pytest_record"
 #: The runner's modules whose functions and classes make, route and print reports.
 _WATCHED = (
     "_pytest.reports",
@@ -125,22 +128,37 @@ def _check() -> None:
         _write({"kind": "changed", "names": new})
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config: "pytest.Config") -> None:
-    path = config.getoption("anyswe_record", None)
-    if not path or _state or os.environ.get(_TAKEN):
-        return
+def _given_back(path: str) -> None:
+    """The environment as it was before anyswe's prelude: its options out of PYTEST_ADDOPTS, its name out
+    of PYTEST_PLUGINS, its variable gone (a pytest the tests start loads nothing of anyswe's)."""
+    plugins = [p for p in os.environ.get("PYTEST_PLUGINS", "").split(",") if p.strip() and p.strip() != _NAME]
+    if plugins:
+        os.environ["PYTEST_PLUGINS"] = ",".join(plugins)
+    else:
+        os.environ.pop("PYTEST_PLUGINS", None)
+    os.environ.pop(_PATH_VAR, None)
     addopts = os.environ.get("PYTEST_ADDOPTS", "")
     at = addopts.find(" -p anyswe_pytest_record " + OPTION)
     if at < 0:
         at = addopts.find("-p anyswe_pytest_record " + OPTION)
-    if at >= 0:
-        end = addopts.find(path, at) + len(path)
+    found = addopts.find(path, at) if at >= 0 else -1
+    if found >= 0:
+        end = found + len(path)
         rest = (addopts[:at] + addopts[end:]).strip()
         if rest:
             os.environ["PYTEST_ADDOPTS"] = rest
         else:
             os.environ.pop("PYTEST_ADDOPTS", None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: "pytest.Config") -> None:
+    # The path from the option (through tox, which passes PYTEST_ADDOPTS on) or the variable (where an
+    # eval script sets PYTEST_ADDOPTS itself, as SWE-bench Pro's export their images' ENV lines).
+    path = config.getoption("anyswe_record", None) or os.environ.get(_PATH_VAR)
+    if not path or _state or os.environ.get(_TAKEN):
+        return
+    _given_back(path)
     os.environ[_TAKEN] = "1"
     try:
         out = open(path, "a")  # noqa: SIM115 (open for the session: closed at its end)
