@@ -48,12 +48,14 @@ async def grade_in_sandbox(
     task_id: str = "",
     stop_in_background: bool = True,
     unpatched: bool = False,
+    record: bool = True,
 ) -> Verdict:
     """Grade ``patch`` in a fresh sandbox of ``image``: nothing an agent did outside its patch reaches the tests.
 
     ``stop_in_background``: a run's tasks hand the sandbox's removal to the provider (the run's
     sweep waits for it); a caller of its own (``grade``) waits for the removal itself, since its
-    event loop may end as soon as the verdict is in.
+    event loop may end as soon as the verdict is in. ``record``: the tests' record (grading/testrecord),
+    made on every run's path; off only to measure what it costs (bench/record_cost.py).
     """
     if not patch.strip() and not unpatched:
         return empty_patch_verdict(instance, harness)
@@ -63,7 +65,7 @@ async def grade_in_sandbox(
             return await grade_unpatched(sandbox, instance, harness, timeout=timeout)
         return await grade_patch(sandbox, instance, harness, patch, timeout=timeout)
 
-    mounts = record_mounts(instance, harness)  # the record of the tests: grading/testrecord
+    mounts = record_mounts(instance, harness) if record else ()  # the record of the tests: grading/testrecord
     request = SandboxRequest(image, run_id=run_id, task_id=task_id, phase="grading", mounts=mounts)
     grader = await provider.start(request)
     if not stop_in_background:
