@@ -14,8 +14,8 @@ from anyswe.serve import ServeConfig, serve
 
 def config_of(path: Path | None, overrides: list[str]) -> ServeConfig:
     """The server's config: a YAML file of :class:`ServeConfig` fields, then ``--set a.b=c`` overrides."""
+    from anyswe._overrides import apply_override, parse_override
     from anyswe._yaml import read_yaml
-    from anyswe.spec import apply_override, parse_override
 
     data: Any = read_yaml(path) if path is not None else {}
     if not isinstance(data, dict):

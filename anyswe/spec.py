@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from anyswe._overrides import apply_override, as_typed, locate, parse_override
 from anyswe._proc import MAX_OUTPUT_BYTES, MAX_PATCH_BYTES
 from anyswe._yaml import read_yaml
 from anyswe.agents import AgentConfig, agent_class
@@ -190,68 +191,6 @@ class Spec(_Strict):
 # -- loading ------------------------------------------------------------------------------------
 
 
-def _locate(root: Any, loc: tuple[Any, ...]) -> tuple[int, int] | None:
-    """1-based (line, column) of the deepest YAML node on ``loc`` that exists."""
-    node, pos = root, None
-    for key in loc:
-        lc = getattr(node, "lc", None)
-        try:
-            if isinstance(node, dict) and key in node:
-                if lc is not None:
-                    line, col = lc.key(key)
-                    pos = (line + 1, col + 1)
-                node = node[key]
-            elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
-                if lc is not None:
-                    line, col = lc.item(key)
-                    pos = (line + 1, col + 1)
-                node = node[key]
-            else:
-                break
-        except (KeyError, TypeError, AttributeError):
-            break
-    if pos is None and getattr(root, "lc", None) is not None:
-        pos = (root.lc.line + 1, root.lc.col + 1)
-    return pos
-
-
-def parse_override(text: str) -> tuple[list[str | int], Any]:
-    from ruamel.yaml import YAML
-
-    if "=" not in text:
-        raise SpecError(f"--set {text!r}: expected KEY.PATH=VALUE")
-    path, raw = text.split("=", 1)
-    keys: list[str | int] = [int(k) if k.isdigit() else k for k in path.strip().split(".")]
-    if not path.strip() or any(k == "" for k in keys):
-        raise SpecError(f"--set {text!r}: empty key in {path!r}")
-    value = YAML(typ="safe").load(raw) if raw.strip() else ""
-    return keys, value
-
-
-def apply_override(data: Any, keys: list[str | int], value: Any, text: str) -> None:
-    node = data
-    for i, key in enumerate(keys[:-1]):
-        nxt = keys[i + 1]
-        if isinstance(node, dict):
-            if key not in node or node[key] is None:
-                node[key] = [] if isinstance(nxt, int) else {}
-            node = node[key]
-        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
-            node = node[key]
-        else:
-            raise SpecError(f"--set {text}: cannot descend into {'.'.join(map(str, keys[: i + 1]))}")
-    last = keys[-1]
-    if isinstance(node, dict):
-        node[last] = value
-    elif isinstance(node, list) and isinstance(last, int) and last <= len(node):
-        if last == len(node):
-            node.append(value)
-        else:
-            node[last] = value
-    else:
-        raise SpecError(f"--set {text}: cannot set {'.'.join(map(str, keys))}")
-
-
 def _format_errors(
     exc: ValidationError, data: Any, source: str, overrides: dict[tuple[Any, ...], str], prefix: tuple[Any, ...] = ()
 ) -> str:
@@ -261,7 +200,7 @@ def _format_errors(
         field_path = ".".join(str(x) for x in loc) or "(top level)"
         where = next((f"--set {t}" for p, t in overrides.items() if loc[: len(p)] == p), None)
         if where is None:
-            pos = _locate(data, loc)
+            pos = locate(data, loc)
             where = f"{source}:{pos[0]}:{pos[1]}" if pos else source
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
@@ -289,7 +228,7 @@ def _validate_blocks(
         try:
             cls = config_class(raw["type"])
         except SpecError as exc:
-            pos = _locate(data, (section, name, "type"))
+            pos = locate(data, (section, name, "type"))
             errors.append(f"{source}:{pos[0]}:{pos[1]}: {section}.{name}.type: {exc}" if pos else f"{source}: {exc}")
             continue
         try:
@@ -345,14 +284,15 @@ def _check_matrix_names(data: dict[str, Any], source: str) -> list[str]:
         declared = declared if isinstance(declared, dict) else {}
         # A mapping or list in the matrix is no name (and unhashable: `in` raised a TypeError).
         if not isinstance(name, Hashable) or name not in declared:
-            pos = _locate(data, ("matrix", field_name, i))
+            pos = locate(data, ("matrix", field_name, i))
             where = f"{source}:{pos[0]}:{pos[1]}" if pos else source
             errors.append(f"{where}: matrix.{field_name}.{i}: {_undeclared(field_name, name, declared)}")
     return errors
 
 
 def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Spec:
-    """Load and validate a spec file; ``overrides`` are ``a.b=c`` strings applied before validation."""
+    """Load and validate a spec file; ``overrides`` are ``a.b=c`` strings applied before validation (a
+    relative path in one is the user's, from where anyswe runs: ``as_typed``; the file's are the spec's)."""
     p = Path(path)
     if not p.is_file():
         raise SpecError(f"spec file not found: {p}")
@@ -362,7 +302,7 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     applied: dict[tuple[Any, ...], str] = {}
     for text in overrides:
         keys, value = parse_override(text)
-        apply_override(data, keys, value, text)
+        apply_override(data, keys, as_typed(keys, value), text)
         applied[tuple(keys)] = text
     agents, errors = _validate_blocks(data, "agents", agent_config_class, str(p), applied)
     providers, provider_errors = _validate_blocks(data, "providers", provider_config_class, str(p), applied)

@@ -206,3 +206,21 @@ def test_a_few_aliases_and_a_recursive_one(tmp_path: Path) -> None:
     loop.append(loop)
     with pytest.raises(SpecError, match=r"s\.yaml: params\.1: an alias refers to a node that holds it"):
         _Bound(Path("s.yaml")).size({"params": loop}, ())
+
+
+def test_a_path_given_with_set_is_the_users_from_where_anyswe_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spec's own relative paths are from its folder; one typed on the command line is from the shell's."""
+    from anyswe.spec import load_spec
+
+    specs, work = tmp_path / "specs", tmp_path / "work"
+    specs.mkdir()
+    work.mkdir()
+    body = "name: s\ndataset: {name: demo, exclude_file: excl.yaml}\nagents: {g: {type: gold}}\n"
+    (specs / "s.yaml").write_text(body + "providers: {d: {type: docker}}\n")
+    monkeypatch.chdir(work)
+    spec = load_spec(specs / "s.yaml", ["dataset.path=rows.jsonl"])
+    assert spec.dataset.path == work / "rows.jsonl" and spec.dataset.exclude_file == specs / "excl.yaml"
+    spec = load_spec(specs / "s.yaml", ["dataset={name: demo, path: sub/rows.jsonl, assets: /abs/assets}"])
+    assert spec.dataset.path == work / "sub" / "rows.jsonl" and str(spec.dataset.assets) == "/abs/assets"
