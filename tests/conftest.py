@@ -42,29 +42,30 @@ def needs_containers(item: pytest.Item) -> bool:
     return parts[0] in CONTAINER_DIRS or bool(RUNTIME_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
-#: The container tier's longest files, longest first (seconds per file in a CI log's summary below).
+#: The container tier's longest files, longest first (seconds per file in a CI log's summary below; the
+#: order of a warm rehearsal at d780503, the real tiers' census out of CI).
 #: The tier runs on pytest-xdist workers a file at a time (--dist loadfile) in collection order
 #: (--no-loadscope-reorder: xdist would otherwise order files by their number of tests, which put the
 #: 1,000-rollout leak test, one test of over four minutes, last of all, with one worker idle). The
 #: longest first, then the rest in their order: the workers end close together.
 LONGEST_FIRST = (
-    "e2e/test_real_multilingual.py",
+    "e2e/test_real_images.py",
     "e2e/test_real_multilingual_verdicts.py",
     "e2e/test_cli_agent_edges.py",
+    "e2e/test_real_multilingual.py",
     "e2e/test_cli_agents.py",
+    "e2e/test_triage.py",
+    "containers/test_sandbox_conformance.py",
     "e2e/test_fault_suite.py",
     "e2e/test_fault_orchestrator.py",
-    "e2e/test_real_images.py",
-    "e2e/test_real_pro.py",
+    "e2e/test_gold_check.py",
     "e2e/test_mini_swe_agent.py",
-    "containers/test_sandbox_conformance.py",
     "e2e/test_prepare_images.py",
+    "e2e/test_serve.py",
     "e2e/test_resume.py",
     "containers/test_inspect_conformance.py",
     "e2e/test_faults.py",
-    "e2e/test_triage.py",
-    "e2e/test_gold_check.py",
-    "e2e/test_serve.py",
+    "e2e/test_real_pro.py",
 )
 
 
