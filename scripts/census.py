@@ -72,11 +72,19 @@ def short(instance_id: str) -> str:
 
 
 def evidence_rows(census_jsonl: Path) -> Census:
-    """instance_id -> provider -> its census line (bucket, why, each pass's gold and empty verdict, failing)."""
+    """instance_id -> provider -> its census line (bucket, why, each pass's gold and empty verdict, failing),
+    with what its gold passes' rows say of the test run (``results.jsonl`` beside it: the flags raised,
+    the tests' record compared or not)."""
     out: Census = {}
     for line in census_jsonl.read_text().splitlines():
         entry = json.loads(line)
-        out.setdefault(entry["instance_id"], {})[entry["provider"]] = entry
+        out.setdefault(entry["instance_id"], {})[entry["provider"]] = entry | {"flags": set(), "record": set()}
+    results = census_jsonl.with_name("results.jsonl")
+    for line in results.read_text().splitlines() if results.is_file() else []:
+        row = json.loads(line)
+        if (entry := out.get(row["instance_id"], {}).get(row["provider"])) is not None:
+            entry["flags"].update(row.get("flags") or [])
+            entry["record"].add(row.get("test_record") or "-")
     return out
 
 
@@ -91,8 +99,8 @@ def table(tiers: list[tuple[Tier, Census]]) -> str:
     lines = [
         "| tier | instance | "
         + " | ".join(PROVIDERS)
-        + " | gold resolved | resolved without the fix | why, failing tests |",
-        "|---|---|" + "---|" * len(PROVIDERS) + "---|---|---|",
+        + " | gold resolved | resolved without the fix | tests' record | flags on gold | why, failing tests |",
+        "|---|---|" + "---|" * len(PROVIDERS) + "---|---|---|---|---|",
     ]
     for tier, found in tiers:
         for iid, per in sorted(found.items()):
@@ -110,10 +118,12 @@ def table(tiers: list[tuple[Tier, Census]]) -> str:
                 tests = ", ".join(f"`{t}`" for t in failing[:4])
                 tests += f" and {len(failing) - 4} more" if len(failing) > 4 else ""
                 notes.append(f"{p}: {said}" + (f" ({tests})" if tests else ""))
+            record = ", ".join(sorted(set().union(*(per.get(p, {}).get("record", set()) for p in PROVIDERS)))) or "-"
+            flags = ", ".join(sorted(set().union(*(per.get(p, {}).get("flags", set()) for p in PROVIDERS)))) or "-"
             lines.append(
                 f"| {tier.title} | {short(iid)} | "
                 + " | ".join(buckets)
-                + f" | {gold} | {empty} | {'; '.join(notes) or '-'} |"
+                + f" | {gold} | {empty} | {record} | {flags} | {'; '.join(notes) or '-'} |"
             )
     return "\n".join(lines)
 

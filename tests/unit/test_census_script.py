@@ -48,12 +48,16 @@ def test_the_table_has_every_instance_and_runtime_and_says_why_one_is_not_suppor
         _line(pro, "docker", "flaky", ["resolved", "unresolved"], ["unresolved"] * 2, why="flaky: gold resolved 1/2"),
     ]
     (tmp_path / "census.jsonl").write_text("\n".join(lines) + "\n")
+    gold = {"instance_id": "a__b-1", "provider": "docker", "flags": ["runner_tamper"], "test_record": "compared"}
+    (tmp_path / "results.jsonl").write_text(json.dumps(gold) + "\n")
     found = census.evidence_rows(tmp_path / "census.jsonl")
     tier = census.TIERS[0]
     text = census.table([(tier, found)])
     rows = text.splitlines()[2:]
     assert len(rows) == 3
-    assert rows[0].startswith("| Verified | a__b-1 | supported | supported | 2/2 / 2/2 | 0/2 / 0/2 | - |")
+    assert rows[0].startswith(
+        "| Verified | a__b-1 | supported | supported | 2/2 / 2/2 | 0/2 / 0/2 | compared | runner_tamper | - |"
+    )
     assert "| broken | no-verdict |" in rows[1]
     assert "docker: gold patch does not resolve (`t1`, `t2`, `t3`, `t4` and 1 more)" in rows[1]
     assert "apptainer: error: infra" in rows[1]
