@@ -5,7 +5,7 @@
 # package of it. This enters that root in a private mount namespace: the root is bind-mounted onto
 # itself, /proc, /sys, /dev and the host directories that sandboxes use are rbind-mounted at the
 # same paths, and pivot_root (apptainer refuses a plain chroot) makes it the root. Paths given to
-# apptainer therefore mean the same inside and out.
+# apptainer, and the cwd, therefore mean the same inside and out.
 set -euo pipefail
 ROOT=${ANYSWE_APPTAINER_ROOT:-@APPTAINER_ROOT@}
 if [ "${1:-}" = "__enter" ]; then
@@ -25,6 +25,19 @@ if [ "${1:-}" = "__enter" ]; then
   binds+=("$cwd")
   IFS=: read -r -a extra <<<"${ANYSWE_APPTAINER_BINDS:-}"
   binds+=("${extra[@]}")
+  # Every host path the command names (a SIF, an overlay, a pid file, each `--bind src:dst` source),
+  # or the directory that holds it: a checkout outside the directories above (a CI clone under /check)
+  # binds files from itself, and a process whose cwd is elsewhere in it (a notebook's kernel) must
+  # still find them.
+  for a in "$@"; do
+    case "$a" in /*) ;; *) continue ;; esac
+    IFS=, read -r -a specs <<<"$a"
+    for s in "${specs[@]}"; do
+      p=${s%%:*}
+      case "$p" in /?*) ;; *) continue ;; esac
+      if [ -d "$p" ]; then binds+=("$p"); elif [ -d "${p%/*}" ]; then binds+=("${p%/*}"); fi
+    done
+  done
   # Every apptainer call passes through here (a task makes several): the checks are bash builtins
   # over one read of the mount table, not a `mountpoint` and a `mkdir` process per directory.
   declare -A bound=()

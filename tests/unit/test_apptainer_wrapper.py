@@ -48,3 +48,24 @@ def test_a_wrapper_failure_is_reported_as_apptainer_reports_its_own(tmp_path: Pa
 def test_the_wrapper_in_the_checkout_enters_the_provisioned_root(tmp_path: Path) -> None:
     r = _run(tmp_path, PROVISIONED)
     assert r.returncode == 0 and r.stdout.startswith("apptainer version "), r
+
+
+@pytest.mark.containers  # runs the provisioned apptainer on a real SIF
+def test_a_bind_source_outside_the_known_directories_and_the_cwd_is_found(tmp_path: Path, sif_image: str) -> None:
+    """A checkout outside the wrapper's list (CI's clone lived under /check) binds the tests' record
+    plugin from itself, and a notebook's kernel runs from another directory: the wrapper binds what the
+    command names, not only its cwd. /media is a tmpfs of this test's own mount namespace."""
+    wrapper = tmp_path / "apptainer"
+    wrapper.write_text(SCRIPT.read_text().replace("@APPTAINER_ROOT@", str(PROVISIONED)))
+    wrapper.chmod(0o755)
+    script = (
+        "mount -t tmpfs none /media && mkdir /media/checkout && echo found-it >/media/checkout/probe.txt && cd / && "
+        f'exec "$0" exec --contain --bind /media/checkout/probe.txt:/mnt/probe.txt:ro {sif_image} cat /mnt/probe.txt'
+    )
+    r = subprocess.run(
+        [*AS_ROOT, "unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(wrapper)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "found-it", r
