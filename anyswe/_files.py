@@ -228,3 +228,24 @@ def task_state_dir() -> Path:
     inner = Path(tempfile.mkdtemp(prefix="agent-", dir=parent))
     os.chmod(inner, 0o777)
     return inner
+
+
+_scratch = threading.local()
+
+
+def scratch_file(text: str) -> str:
+    """A file holding ``text``, for a reader that takes a path (swebench's ``get_eval_report`` reads a log
+    from one): one per thread (mode 0600), rewritten each time rather than a directory made and removed."""
+    path: str | None = getattr(_scratch, "path", None)
+    if path is None:
+        fd, path = tempfile.mkstemp(prefix="anyswe-grade-", suffix=".txt")
+        os.close(fd)
+        atexit.register(_remove_quietly, path)
+        _scratch.path = path
+    Path(path).write_text(text)
+    return path
+
+
+def _remove_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)

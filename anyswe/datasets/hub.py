@@ -32,6 +32,24 @@ class SWEbenchFamily(Benchmark):
 
         return (await build_swebench_image(instance, repo_mirror)).summary
 
+    def unbuildable(self, instance: Instance, repo_mirror: Path) -> tuple[str, str] | None:
+        from anyswe.errors import ImageBuildError
+        from anyswe.images.multilingual_build import offline_chain
+        from anyswe.images.swebench_build import find_mirror
+        from anyswe.images.swebench_env import unbuildable
+
+        try:
+            chain = offline_chain(instance)
+        except ImageBuildError as exc:
+            return "language", str(exc)
+        if chain == "py":
+            return unbuildable(instance, repo_mirror)
+        try:
+            find_mirror(repo_mirror, instance.repo)
+        except ImageBuildError as exc:
+            return "mirror", str(exc)
+        return None
+
 
 class SWEbenchVerified(SWEbenchFamily):
     name: ClassVar[str] = "swe-bench-verified"

@@ -77,6 +77,11 @@ class Benchmark:
         """Whether :meth:`build_instance` makes this benchmark's official images here."""
         return type(self).build_instance is not Benchmark.build_instance
 
+    def unbuildable(self, instance: Instance, repo_mirror: Path) -> tuple[str, str] | None:
+        """Why :meth:`build_instance` cannot build ``instance``'s image here from ``repo_mirror``, found before
+        any build (a dry run's answer): ``(kind of reason, message)``; None when the build can be tried."""
+        return None
+
     async def build_instance(self, instance: Instance, repo_mirror: Path) -> str:
         """Build ``instance``'s official image offline (``anyswe prepare images --build``) as the
         benchmark's own recipe does, its repository cloned from ``repo_mirror`` (bare repositories);

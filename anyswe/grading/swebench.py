@@ -10,20 +10,19 @@ Its version is checked before first use: grading a SWE-bench instance with anoth
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
 import shlex
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from anyswe._files import scratch_file
 from anyswe.errors import GradingError
 from anyswe.grading import _swebench_lean
 
@@ -111,6 +110,7 @@ def repo_language(repo: str) -> str:
 
 
 _OVERLAY = threading.Lock()
+_FETCH = threading.Lock()  # swebench's module-level `requests`, replaced for one env script at a time
 
 
 @contextlib.contextmanager
@@ -241,25 +241,46 @@ def repo_script(instance: Instance, *, clone_from: str | None = None, repo: Repo
         at = next((n for n, line in enumerate(lines) if line.startswith("git clone ") and url in line), None)
         if at is None:
             raise GradingError(f"{instance.instance_id}: swebench's repo script has no clone of {url} to replace")
-        # All branches of the mirror (each base commit is on one); swebench clones one branch of
-        # GitHub's. The remote, and every ref it brought, is removed a few lines later as swebench does.
+        # All the mirror's branches (a base commit is on one of them); swebench then removes the remote's refs.
         lines[at] = f"git clone -o origin {shlex.quote(clone_from)} /testbed"
     return "\n".join(["#!/bin/bash", "set -euxo pipefail", *lines]) + "\n"
 
 
-def env_script(instance: Instance, repo: RepoSpec | None = None) -> str:
-    """The environment image's setup script, as swebench's ``make_env_script_list`` writes it.
-
-    For specs whose packages come from the repository's requirements or environment file,
-    swebench downloads that file here (from GitHub): only the package index is reachable on an
-    air-gapped host, so those rows need their env images from elsewhere.
-    """
+def env_script(
+    instance: Instance, repo: RepoSpec | None = None, *, read_file: Callable[[str, str], str | None] | None = None
+) -> str:
+    """The environment image's setup script, as swebench's ``make_env_script_list`` writes it. Where the spec
+    installs the repository's requirements or environment file, swebench downloads it from GitHub's raw
+    file host: ``read_file(commit, path)`` (its text, None if absent) answers instead, from a mirror. What
+    swebench does with the file (paths tried, ``-r`` includes, lines dropped, replacements) stays its own."""
     _swebench()
+    from swebench.harness.test_spec import python as py
     from swebench.harness.test_spec.create_scripts import make_env_script_list
 
-    with _given(instance, repo):
-        lines = make_env_script_list(_row(instance), instance_specs(instance, repo), "testbed")
+    with _given(instance, repo), _FETCH:
+        fetch, py.requests = py.requests, (py.requests if read_file is None else _RawFiles(instance.repo, read_file))
+        try:
+            lines = make_env_script_list(_row(instance), instance_specs(instance, repo), "testbed")
+        except ValueError as exc:  # swebench's "Could not find requirements.txt at paths [...]"
+            raise GradingError(f"{instance.instance_id}: {exc}") from None
+        finally:
+            py.requests = fetch
     return "\n".join(["#!/bin/bash", "set -euxo pipefail", *lines]) + "\n"
+
+
+@dataclass(frozen=True)
+class _RawFiles:
+    """``requests`` as swebench's env script builder uses it: ``get(<raw host>/<repo>/<commit>/<path>)``."""
+
+    repo: str
+    read: Callable[[str, str], str | None]
+
+    def get(self, url: str, **_options: Any) -> Any:
+        from swebench.harness.constants import SWE_BENCH_URL_RAW
+
+        commit, _, path = url.removeprefix(SWE_BENCH_URL_RAW).removeprefix(f"{self.repo}/").partition("/")
+        text = self.read(commit, os.path.normpath(path))
+        return SimpleNamespace(status_code=404 if text is None else 200, text=text or "")
 
 
 def _spec_of(instance_id: str, **fields: Any) -> Any:
@@ -304,27 +325,6 @@ def runs_pytest(instance: Instance, repo: RepoSpec | None = None) -> bool:
     return "pytest" in text or text.startswith("tox ")
 
 
-_scratch = threading.local()
-
-
-def _log_file(text: str) -> str:
-    """A file holding ``text``, for ``get_eval_report``, which reads the log from a path: one per thread
-    (mode 0600), rewritten for each log rather than a directory made and removed per log."""
-    path: str | None = getattr(_scratch, "path", None)
-    if path is None:
-        fd, path = tempfile.mkstemp(prefix="anyswe-grade-", suffix=".txt")
-        os.close(fd)
-        atexit.register(_remove, path)
-        _scratch.path = path
-    Path(path).write_text(text)
-    return path
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-
-
 def eval_report(
     instance: Instance, test_output: str | Path, *, model_patch: str | None = "x", repo: RepoSpec | None = None
 ) -> dict[str, Any]:
@@ -343,7 +343,7 @@ def eval_report(
         return _report_of(instance, text, model_patch, repo)
     if instance.repo not in MAP_REPO_TO_PARSER:
         raise GradingError(f"{instance.instance_id}: swebench has no log parser for repo {instance.repo!r}")
-    log_path = str(test_output) if isinstance(test_output, Path) else _log_file(test_output)
+    log_path = str(test_output) if isinstance(test_output, Path) else scratch_file(test_output)
     prediction = {"instance_id": instance.instance_id, "model_name_or_path": "anyswe", "model_patch": model_patch}
     try:
         report = get_eval_report(_test_spec(instance), prediction, log_path, include_tests_status=True)

@@ -34,8 +34,9 @@ swebench, it says so where it does:
   ``PIP_CERT`` (and, for npm in the JS chain, ``NODE_EXTRA_CA_CERTS``) as a build ``ARG`` (never in the
   image's environment) and deleted after the step that needs it.
 
-Rows whose spec installs from ``requirements.txt`` or ``environment.yml`` cannot be built here:
-swebench's env script downloads those files from GitHub. They fail with an error that says so.
+Which env script a row's spec makes (pip, conda packages, the repository's requirements file read from
+the mirror, or an environment file, refused), and what cannot be built here, is
+:mod:`anyswe.images.swebench_env`'s.
 """
 
 from __future__ import annotations
@@ -53,13 +54,12 @@ from typing import TYPE_CHECKING
 
 from anyswe.config import cache_dir
 from anyswe.errors import ImageBuildError
+from anyswe.images.swebench_env import debian_release, differs, env_setup_script
 from anyswe.sandbox.store import build_image, image_present, remove_image, run_in_image
 
 if TYPE_CHECKING:
     from anyswe.datasets.instance import Instance
 
-#: The Debian release whose own python has a spec's python version (``anyswe/base:<release>``).
-DEBIAN_FOR_PYTHON = {"3.9": "bullseye", "3.11": "bookworm"}
 #: The host's CA bundle, given to pip inside builds (``ANYSWE_BUILD_CA_BUNDLE`` overrides; "" for none).
 DEFAULT_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 #: What conda's python env has (pip, setuptools, wheel): Debian 11's pip 20.3 is too old for today's
@@ -103,28 +103,6 @@ class Chain:
 # -- what is built ---------------------------------------------------------------------------------
 
 
-def _specs(instance: Instance) -> dict[str, object]:
-    from anyswe.errors import GradingError
-    from anyswe.grading import swebench as sb
-
-    try:
-        return sb.instance_specs(instance)
-    except GradingError as exc:  # no spec for the repo or version, or no usable swebench
-        raise ImageBuildError(f"{exc}: no image can be built the way swebench builds it") from None
-
-
-def debian_release(instance: Instance) -> str:
-    """The Debian release of the base image for ``instance``'s spec python."""
-    python = str(_specs(instance).get("python", ""))
-    if python not in DEBIAN_FOR_PYTHON:
-        known = ", ".join(f"{p} (Debian {d})" for p, d in DEBIAN_FOR_PYTHON.items())
-        raise ImageBuildError(
-            f"{instance.instance_id}: its spec wants python {python or '?'}, and the conda stand-in has only "
-            f"a Debian release's own python: {known}"
-        )
-    return DEBIAN_FOR_PYTHON[python]
-
-
 def find_mirror(repo_mirror: Path, repo: str) -> Path:
     """The bare repository for ``owner/name`` under ``repo_mirror``: ``name.git``, ``owner__name.git``
     or ``owner/name.git``."""
@@ -134,20 +112,6 @@ def find_mirror(repo_mirror: Path, repo: str) -> Path:
         if path.is_dir():
             return path
     raise ImageBuildError(f"no mirror of {repo} under {repo_mirror}: tried " + ", ".join(str(p) for p in tried))
-
-
-def env_setup_script(instance: Instance) -> str:
-    """swebench's ``setup_env.sh`` for ``instance``, or an error for the rows it would download for."""
-    from anyswe.grading import swebench as sb
-
-    packages = _specs(instance).get("packages", "")
-    if packages in ("requirements.txt", "environment.yml"):
-        raise ImageBuildError(
-            f"{instance.instance_id}: its spec installs from the repository's {packages}, which swebench's env "
-            "script downloads from GitHub at build time; only the package index is reachable here, so this "
-            "env image cannot be built offline"
-        )
-    return sb.env_script(instance)
 
 
 # The files the builds are made of (anyswe/images/swebench_files/), each hashed into its image's tag:
@@ -267,12 +231,12 @@ async def build_base_image(debian: str) -> Step:
     return await build_step("base", base_tag(debian), files, dockerfile)
 
 
-async def build_env_image(instance: Instance) -> tuple[Step, Step]:
-    """The base and env images ``instance``'s image is built on."""
-    setup_env = env_setup_script(instance)
+async def build_env_image(instance: Instance, mirror: Path | None = None) -> tuple[Step, Step]:
+    """The base and env images ``instance``'s image is built on (a requirements file read from ``mirror``)."""
+    setup_env = env_setup_script(instance, mirror)
     base = await build_base_image(debian_release(instance))
     tag = env_tag(setup_env, base.tag)
-    dockerfile = _file("env.Dockerfile").replace("{base_image}", base.tag)
+    dockerfile = _file("env.Dockerfile").replace("{base_image}", base.tag).replace("{differs}", differs(instance))
     env = await build_step("env", tag, {"setup_env.sh": setup_env}, dockerfile)
     return base, env
 
@@ -288,7 +252,7 @@ async def build_instance_image(instance: Instance, repo_mirror: Path, *, verify:
     tag = sb.official_image(instance.instance_id)
     chain = Chain(instance.instance_id)
     mirror = find_mirror(repo_mirror, instance.repo)  # named even when the images are all there
-    chain.steps.extend(await build_env_image(instance))
+    chain.steps.extend(await build_env_image(instance, mirror))
     env = chain.steps[-1].tag
     if await image_present(tag):
         chain.steps.append(Step("instance", tag))
@@ -380,7 +344,6 @@ async def check_instance_image(tag: str, instance: Instance) -> dict[str, str | 
 
 
 __all__ = [
-    "DEBIAN_FOR_PYTHON",
     "Chain",
     "Step",
     "base_tag",
@@ -389,9 +352,7 @@ __all__ = [
     "build_instance_image",
     "build_step",
     "check_instance_image",
-    "debian_release",
     "digest",
-    "env_setup_script",
     "env_tag",
     "find_mirror",
     "image_facts",

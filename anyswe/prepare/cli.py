@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -97,6 +98,9 @@ def prepare_images_cmd(
     repo_mirror: Annotated[
         Path | None, typer.Option("--repo-mirror", help="With --build: bare repos (<name>.git) to clone from.")
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON line per artefact, then one of counts and reasons.")
+    ] = False,
 ) -> None:
     """Pull (or build) every image the spec needs and make its providers' artefacts (SIFs), in parallel; resumable."""
     from anyswe._sync import run_sync
@@ -126,11 +130,26 @@ def prepare_images_cmd(
         )
     except AnysweError as exc:
         fail(exc)
-    print_table(report_.disk, title="disk estimate")
-    print_table(report_.rows(), title=f"images: {report_}")
+    if as_json:
+        for row in report_.rows():
+            typer.echo(json.dumps(row))
+        typer.echo(json.dumps({"counts": report_.counts(), "reasons": report_.reasons(), "disk": report_.disk}))
+    else:
+        print_table(report_.disk, title="disk estimate")
+        print_table(report_.rows(), title=f"images: {report_}")
+        if reasons := report_.reasons():
+            print_table([{"reason": k, "images": n} for k, n in reasons.items()], title="cannot be built here")
     for job in report_.failed:
         typer.secho(f"failed: {job.target or job.ref}: {job.error}", fg=typer.colors.RED, err=True)
-    if report_.failed:
+    for row in report_.disk:
+        if row.get("short"):
+            typer.secho(
+                f"not enough disk: {row['filesystem']} ({row['for']}) needs about "
+                f"{row['needed_mb']:,} MB, {row['usable_mb']:,} MB usable",
+                fg=typer.colors.RED,
+                err=True,
+            )
+    if report_.failed or any(row.get("short") for row in report_.disk):
         raise typer.Exit(code=1)
 
 

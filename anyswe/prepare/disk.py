@@ -72,10 +72,16 @@ def _filesystem(path: Path) -> Path:
 
 
 async def check_disk(
-    jobs: list[ImageJob], *, store_available: bool, budget: int | None = None, jobs_in_parallel: int = 1
+    jobs: list[ImageJob],
+    *,
+    store_available: bool,
+    budget: int | None = None,
+    jobs_in_parallel: int = 1,
+    refuse: bool = True,
 ) -> list[dict[str, Any]]:
     """Per filesystem: bytes needed (kept, plus the transient bytes of the builds running at once)
-    against bytes free (or ``budget``, if smaller). Raises :class:`InsufficientDisk` naming each short one."""
+    against bytes free (or ``budget``, if smaller). Raises :class:`InsufficientDisk` naming each short one
+    (``refuse=False``, a dry run's: each row says ``short`` instead)."""
     places: dict[int, dict[str, Any]] = {}
 
     def add(path: Path, what: str, kept: int, transient: int) -> None:
@@ -86,7 +92,7 @@ async def check_disk(
         entry["transient"].append(transient)
         entry["what"].add(what)
 
-    pending = [j for j in jobs if j.status == "pending"]
+    pending = [j for j in jobs if j.status in ("pending", "buildable")]  # buildable: a dry run's
     root = await store_root() if store_available and any(j.kind is None for j in pending) else Path("/")
     for j in pending:
         if j.kind is None:
@@ -108,13 +114,14 @@ async def check_disk(
             "usable_mb": round(usable / 2**20),
         }
         out.append(row)
+        row["short"] = needed > usable
         if needed > usable:
             limit = f"the budget of {budget / 2**20:.0f} MB" if budget is not None and budget < free else "free"
             short.append(
                 f"{entry['path']} ({row['for']}): needs about {needed / 2**20:,.0f} MB, "
                 f"{usable / 2**20:,.0f} MB {'is' if limit == 'free' else 'within'} {limit}"
             )
-    if short:
+    if short and refuse:
         raise InsufficientDisk(
             "not enough disk to prepare these images; nothing was pulled or built:\n  " + "\n  ".join(short)
         )

@@ -56,6 +56,14 @@ class PrepareReport:
             out[j.status] = out.get(j.status, 0) + 1
         return out
 
+    def reasons(self) -> dict[str, int]:
+        """Images that cannot be built here, per kind of reason."""
+        out: dict[str, int] = {}
+        for j in self.jobs:
+            if j.reason:
+                out[j.reason] = out.get(j.reason, 0) + 1
+        return dict(sorted(out.items()))
+
     def __str__(self) -> str:
         return ", ".join(f"{n} {s}" for s, n in sorted(self.counts().items())) or "nothing to prepare"
 
@@ -140,6 +148,25 @@ async def _store_job(job: ImageJob, options: MakeOptions, repo_mirror: Path | No
     else:
         await pull_image(job.ref, attempts=options.attempts, backoff=options.backoff)
         job.status = "pulled"
+
+
+def _refuse_unbuildable(jobs: list[ImageJob], repo_mirror: Path, dry_run: bool) -> None:
+    """Each image to build that its benchmark says cannot be built here fails by name before any build
+    (a dry run: ``unbuildable``, or ``buildable``); the providers' artefacts of its image are skipped."""
+    refused: dict[str, ImageJob] = {}
+    for job in jobs:
+        if job.status != "pending" or job.build_instance is None or job.build_by is None:
+            continue
+        why = job.build_by.unbuildable(job.build_instance, repo_mirror)
+        if why is None:
+            job.status = "buildable" if dry_run else job.status
+            continue
+        job.status = "unbuildable" if dry_run else "failed"
+        job.reason, job.error = why
+        refused[job.ref] = job
+    for job in jobs:
+        if job.kind is not None and job.ref in refused and job.status == "pending":
+            job.status, job.error = "skipped", f"its image cannot be built here: {refused[job.ref].reason}"
 
 
 # -- progress ----------------------------------------------------------------------------------------
@@ -261,9 +288,15 @@ async def prepare_images_async(
     for kind, mine in kinds.items():
         kind.clean_stale(mine)
     await asyncio.gather(*(estimate(j, store_available) for j in found))
+    if build:  # before the disk check: what cannot be built takes no room
+        await asyncio.to_thread(_refuse_unbuildable, found, repo_mirror or Path(), dry_run)
     report = PrepareReport(found)
     report.disk = await check_disk(
-        found, store_available=store_available, budget=disk_budget, jobs_in_parallel=max(jobs, artefact_jobs)
+        found,
+        store_available=store_available,
+        budget=disk_budget,
+        jobs_in_parallel=max(jobs, artefact_jobs),
+        refuse=not dry_run,
     )
     if dry_run:
         return report

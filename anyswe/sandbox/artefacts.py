@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from anyswe.datasets.instance import Instance
     from anyswe.datasets.registry import Benchmark
 
-Status = Literal["pending", "present", "pulled", "built", "failed", "skipped"]
+#: buildable / unbuildable: a dry run's answer for an image it would build (``reason``: why not).
+Status = Literal["pending", "present", "pulled", "built", "failed", "skipped", "buildable", "unbuildable"]
 #: The store's own phase: images pulled or built into the local store.
 STORE_PHASE = "image"
 
@@ -46,17 +47,20 @@ class ImageJob:
     error: str = ""
     #: What the estimate had to assume (a size neither the store nor the registry could tell).
     note: str = ""
+    reason: str = ""  #: unbuildable: the kind of reason (python, mirror, commit, environment.yml, ...)
 
     def row(self) -> dict[str, Any]:
         cache = self.kind.cache_name if self.kind is not None else "cache"
         return {
             "phase": self.phase,
+            "instance_id": self.instance_id,
             "image": self.target or f"{self.ref} ({cache})",
             "providers": ",".join(sorted(self.providers)),
             "status": self.status,
             "est_mb": round((self.needs + self.transient) / 2**20),
             "seconds": round(self.seconds, 1),
             "error": (self.error or self.note)[-300:],
+            **({"reason": self.reason} if self.reason else {}),
         }
 
 

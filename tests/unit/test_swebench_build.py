@@ -10,6 +10,7 @@ import pytest
 from anyswe.datasets.instance import Instance
 from anyswe.errors import ImageBuildError
 from anyswe.images import swebench_build as sbb
+from anyswe.images import swebench_env as se
 
 
 def _rows(shared: Path, *ids: str) -> list[Instance]:
@@ -32,17 +33,17 @@ def test_the_mirror_is_found_under_each_accepted_name_and_a_missing_one_names_th
 def test_rows_whose_env_script_downloads_from_github_are_refused(shared_swebench: Path) -> None:
     (django,) = _rows(shared_swebench, "django__django-14725")
     with pytest.raises(ImageBuildError, match=r"requirements\.txt.*GitHub"):
-        sbb.env_setup_script(django)
+        se.env_setup_script(django)
     (xarray,) = _rows(shared_swebench, "pydata__xarray-2905")
     with pytest.raises(ImageBuildError, match=r"environment\.yml"):
-        sbb.env_setup_script(xarray)
+        se.env_setup_script(xarray)
 
 
 def test_the_base_follows_the_spec_python(shared_swebench: Path) -> None:
     pytest_row, astropy = _rows(shared_swebench, "pytest-dev__pytest-8399", "astropy__astropy-7166")
-    assert sbb.debian_release(pytest_row) == "bullseye"
+    assert se.debian_release(pytest_row) == "bullseye"
     with pytest.raises(ImageBuildError, match=r"python 3\.6"):
-        sbb.debian_release(astropy)
+        se.debian_release(astropy)
 
 
 def test_env_tags_follow_the_script_and_the_base(shared_swebench: Path) -> None:
@@ -50,9 +51,9 @@ def test_env_tags_follow_the_script_and_the_base(shared_swebench: Path) -> None:
     base = sbb.base_tag("bullseye")
     assert base.startswith("anyswe/sweb.base.py.x86_64.bullseye-") and base != sbb.base_tag("bookworm")
     # The three sphinx rows share one env script, as swebench's env_image_key shares their image.
-    assert sbb.env_tag(sbb.env_setup_script(a), base) == sbb.env_tag(sbb.env_setup_script(b), base)
-    assert sbb.env_tag(sbb.env_setup_script(a), base) != sbb.env_tag(sbb.env_setup_script(c), base)
-    assert sbb.env_tag(sbb.env_setup_script(a), base) != sbb.env_tag(sbb.env_setup_script(a), "other:latest")
+    assert sbb.env_tag(se.env_setup_script(a), base) == sbb.env_tag(se.env_setup_script(b), base)
+    assert sbb.env_tag(se.env_setup_script(a), base) != sbb.env_tag(se.env_setup_script(c), base)
+    assert sbb.env_tag(se.env_setup_script(a), base) != sbb.env_tag(se.env_setup_script(a), "other:latest")
 
 
 def test_prepare_with_build_plans_local_builds_and_no_registry_sifs(shared_swebench: Path) -> None:

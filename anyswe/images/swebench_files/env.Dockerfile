@@ -9,3 +9,4 @@ WORKDIR /testbed/
 
 # Automatically activate the testbed environment
 RUN echo "source /opt/miniconda3/etc/profile.d/conda.sh && conda activate testbed" > /root/.bashrc
+LABEL org.anyswe.differs="{differs}"
