@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from anyswe.cli import SetOpt, fail, print_table
 from anyswe.errors import AnysweError
+
+if TYPE_CHECKING:
+    from anyswe.prepare.images import PrepareReport
 
 
 def register(app: typer.Typer) -> None:
@@ -130,6 +133,11 @@ def prepare_images_cmd(
         )
     except AnysweError as exc:
         fail(exc)
+    _print_prepared(report_, as_json)
+
+
+def _print_prepared(report_: PrepareReport, as_json: bool) -> None:
+    """The report: tables (or JSON lines and a last line of counts), failures and short disks on stderr."""
     if as_json:
         for row in report_.rows():
             typer.echo(json.dumps(row))

@@ -2,7 +2,7 @@
 
 A fixture library first, tests after. The fixtures:
 
-* ``real_instances``: instance_id -> Instance, the 7 rows of ``specs/real_images.yaml``;
+* ``real_instances``: instance_id -> Instance, the 11 rows of ``specs/real_images.yaml``;
 * ``real_images``: instance_id -> docker image, built (or found, by tag) through the very code path of
   ``anyswe prepare images specs/real_images.yaml --build --repo-mirror ../shared/swebench/repos``;
 * ``by_hand_runs``: instance_id -> {"gold"|"empty": ByHandRun}: each image run with plain ``docker``
@@ -57,19 +57,36 @@ REAL_IDS = (
     "sphinx-doc__sphinx-10323",
     "sphinx-doc__sphinx-10466",
     "sphinx-doc__sphinx-11445",
+    "astropy__astropy-13977",
+    "mwaskom__seaborn-3187",
+    "psf__requests-5414",
+    "pylint-dev__pylint-7080",
 )
-#: Measured: with today's unpinned packages, gold fails these PASS_TO_PASS tests (the official image passes).
+#: Measured: gold fails these PASS_TO_PASS tests here (the official image, graded with a network, passes): sphinx's
+#: with today's unpinned packages, requests' with no network.
 GOLD_FAILS = {
     "sphinx-doc__sphinx-10323": {
         "tests/test_directive_code.py::test_literal_include_linenos",
         "tests/test_directive_code.py::test_linenothreshold",
-    }
+    },
+    # Measured: each expects ConnectTimeout from a connect to 10.255.255.1; in a container with no network the
+    # connect fails at once (ConnectionError). The official harness grades with a network.
+    "psf__requests-5414": {
+        "tests/test_requests.py::TestTimeout::test_connect_timeout[timeout0]",
+        "tests/test_requests.py::TestTimeout::test_connect_timeout[timeout1]",
+        "tests/test_requests.py::TestTimeout::test_total_timeout_connect[timeout0]",
+        "tests/test_requests.py::TestTimeout::test_total_timeout_connect[timeout1]",
+    },
 }
 #: The files the "SWE-bench" setup commit changes (`git diff --name-only <base> HEAD`): every sphinx
 #: spec's pre_install edits tox.ini (`pytest` -> `pytest -rA`). pytest-8399's pre_install is
 #: `sed -i 's/>=>=/>=/' setup.cfg`, but setup.cfg at its base commit has no `>=>=` (measured): its
 #: setup commit is empty, as in swebench's own build of it.
-SETUP_COMMIT_FILES = {i: (["tox.ini"] if i.startswith("sphinx-doc__") else []) for i in REAL_IDS}
+#: astropy's pre_install pins setuptools in pyproject.toml's build requirements.
+SETUP_COMMIT_FILES = {
+    i: (["tox.ini"] if i.startswith("sphinx-doc__") else ["pyproject.toml"] if i.startswith("astropy__") else [])
+    for i in REAL_IDS
+}
 
 
 # -- fixtures ----------------------------------------------------------------------------------------
@@ -82,7 +99,7 @@ def real_instances(shared_swebench: Path) -> dict[str, Instance]:
 
     plan = make_plan(load_spec(SPEC))
     found = {i.instance_id: i for i in plan.instances}
-    assert sorted(found) == sorted(REAL_IDS), "specs/real_images.yaml selects the 7 instances"
+    assert sorted(found) == sorted(REAL_IDS), "specs/real_images.yaml selects the 11 instances"
     return found
 
 
@@ -247,7 +264,7 @@ timeouts: {{agent: 600, grading: 1800}}
 def anyswe_run(
     real_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, dict[tuple[str, str, str], TaskResult]]:
-    """``anyswe apply specs/real_images.yaml``: gold and noop on docker and apptainer over the 7 images;
+    """``anyswe apply specs/real_images.yaml``: gold and noop on docker and apptainer over the 11 images;
     its run directory and (agent, provider, instance_id) -> row."""
     run_dir = tmp_path_factory.mktemp("real-images-run") / "run"
     return run_dir, apply_spec(SPEC, run_dir)

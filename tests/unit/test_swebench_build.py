@@ -65,13 +65,13 @@ def test_prepare_with_build_plans_local_builds_and_no_registry_sifs(shared_swebe
     plan = make_plan(load_spec(spec))
     jobs = image_jobs(plan, artefact_source="registry", store_available=True, build=True)
     docker_jobs = [j for j in jobs if j.phase == "image"]
-    assert len(docker_jobs) == 7 and all(j.build_instance is not None for j in docker_jobs)
+    assert len(docker_jobs) == 11 and all(j.build_instance is not None for j in docker_jobs)
     # The benchmark's own recipe builds them (Benchmark.build_instance), not a chain prepare knows.
     assert {j.build_by.name for j in docker_jobs if j.build_by is not None} == {"swe-bench-verified"}
     assert {j.ref for j in docker_jobs} == {f"swebench/sweb.eval.x86_64.{i.instance_id.replace('__', '_1776_')}:latest"
                                            for i in plan.instances}  # fmt: skip
     sifs = [j for j in jobs if j.phase == "sif"]
-    assert len(sifs) == 7 and not any(j.from_registry for j in sifs)
+    assert len(sifs) == 11 and not any(j.from_registry for j in sifs)
     assert not any(j.build_instance for j in image_jobs(plan, store_available=True))
 
 

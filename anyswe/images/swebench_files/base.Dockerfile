@@ -22,6 +22,16 @@ tzdata \
 
 # Debian 12 marks its python externally managed (PEP 668); conda's env, which this stands in for, is not.
 RUN rm -f /usr/lib/python3*/EXTERNALLY-MANAGED
+# A new conda env holds no packages but python's own: Debian's pytest (anyswe/base has it for the demo
+# tasks) would satisfy a spec's `pytest` at 6.0.2 and give no `pytest` command.
+RUN apt-get purge -y --auto-remove python3-pytest
+# setuptools' own distutils puts a `setup.py develop` (pip's `install -e` of a project without PEP 660
+# hooks: pylint 2.x, sphinx 3.x) into /usr/lib/python3.X/site-packages, which Debian's python never reads;
+# conda's python reads the site-packages it was installed to.
+RUN py=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
+ && mkdir -p "/usr/lib/python$py/site-packages" "/usr/local/lib/python$py/dist-packages" \
+ && echo "import site; site.addsitedir('/usr/lib/python$py/site-packages')" \
+    > "/usr/local/lib/python$py/dist-packages/anyswe-site-packages.pth"
 # The conda stand-in (see anyswe/images/swebench_build.py), where Miniconda would be.
 COPY ./activate /opt/miniconda3/bin/activate
 COPY ./conda /opt/miniconda3/bin/conda
