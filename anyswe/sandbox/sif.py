@@ -153,13 +153,18 @@ def _opt(value: object) -> str | None:
     return str(value) if value else None
 
 
+def cached_sif(full_id: str) -> Path:
+    """Where :func:`ensure_sif` keeps the SIF of the image whose id is ``full_id`` (``sha256:...``)."""
+    return cache_dir() / "sif" / f"{full_id.split(':')[-1][:24]}.sif"
+
+
 async def ensure_sif(image: str, *, apptainer: str = "apptainer", timeout: float = 1800) -> Path:
     """A SIF built from the local ``image`` (in the store), reused while the image id is unchanged."""
     full_id = await image_id(image)
     digest = full_id.split(":")[-1]
-    sif_dir = cache_dir() / "sif"
+    sif = cached_sif(full_id)
+    sif_dir = sif.parent
     sif_dir.mkdir(parents=True, exist_ok=True)
-    sif = sif_dir / f"{digest[:24]}.sif"
     if sif.is_file():
         return sif
     async with build_lock(f"sif-{digest[:24]}"):

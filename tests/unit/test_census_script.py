@@ -82,3 +82,35 @@ def test_the_table_goes_between_the_markers_and_nothing_else_changes(census: Mod
 def test_the_real_images_doc_has_the_markers(census: ModuleType) -> None:
     text = census.DOC.read_text()
     assert text.count(census.BEGIN) == 1 and text.count(census.END) == 1
+
+
+def test_the_verified_doc_has_the_markers_for_the_census_at_scale(census: ModuleType) -> None:
+    text = census.SCALE_DOC.read_text()
+    assert text.count(census.BEGIN) == 1 and text.count(census.END) == 1
+
+
+def test_a_chunk_counts_as_done_only_with_every_instance_on_every_runtime(census: ModuleType, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert not census.chunk_done(tmp_path, ["a__b-1"])
+    run.mkdir()
+    (run / "census.jsonl").write_text(_line("a__b-1", "docker", "supported", [], []) + "\n")
+    assert not census.chunk_done(tmp_path, ["a__b-1"])  # a chunk stopped before apptainer: run again
+    (run / "census.jsonl").write_text("".join(_line("a__b-1", p, "supported", [], []) + "\n" for p in census.PROVIDERS))
+    assert census.chunk_done(tmp_path, ["a__b-1"]) and not census.chunk_done(tmp_path, ["a__b-1", "a__b-2"])
+
+
+def test_the_scale_census_reads_every_chunk_and_names_each_commit(
+    census: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks done in earlier sessions (at other commits) are read, not run again: nothing is built here."""
+    ids = ["a__b-1", "a__b-2", "a__b-3"]
+    monkeypatch.setattr(census, "buildable_rows", lambda tier: ids)
+    monkeypatch.setattr(census, "fixed_tier_ids", set)
+    for n, (part, at) in enumerate(((ids[:2], "1111111"), (ids[2:], "2222222"))):
+        chunk = tmp_path / census.SCALE.name / f"chunk-{n:03d}"
+        (chunk / "run").mkdir(parents=True)
+        (chunk / "commit").write_text(at)
+        lines = [_line(i, p, "supported", ["resolved"], ["unresolved"]) for i in part for p in census.PROVIDERS]
+        (chunk / "run" / "census.jsonl").write_text("\n".join(lines) + "\n")
+    found, commits, failed = census.run_scale(census.SCALE, tmp_path, 1, 2, keep_images=True)
+    assert sorted(found) == ids and commits == ["1111111", "2222222"] and failed == []
