@@ -58,6 +58,8 @@ class Trace:
     #: The agent's patch's size, and the cap that decided the task (None: none did).
     patch_bytes: int | None = None
     limit_hit: str | None = None
+    #: The paths the image's work tree changes from its HEAD (None: no sandbox got that far).
+    image_changes: list[str] | None = None
     #: Seconds per phase, unrounded. Each lap runs from the end of the one before, so the phases
     #: partition the task's wall time: a step between two named phases is never in none of them.
     laps: dict[str, float] = field(default_factory=dict)
@@ -137,6 +139,7 @@ def classify(
             image_source_digest=provenance.source_digest if provenance else None,
             swebench_version=_swebench_version(),
             eval_script_sha256=hashlib.sha256(verdict.eval_script.encode()).hexdigest() if verdict else None,
+            image_changes=trace.image_changes,
         ),
         patch=rec.PatchFacts(
             model_patch=patch,

@@ -44,6 +44,8 @@ class Provenance:
     image_source_digest: str | None = None
     swebench_version: str | None = None
     eval_script_sha256: str | None = None
+    #: What the image's own work tree changes from its HEAD (the seal's finding): the patch's baseline.
+    image_changes: list[str] | None = None
 
 
 @dataclass(frozen=True)

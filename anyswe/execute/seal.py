@@ -16,6 +16,13 @@ a new key, and the key includes the script's own hash. On the real Verified tier
 second of every task's 12 (bench/grading_throughput.py), every run, since each instance has its
 own image. A repository that had to be cleaned is checked, and cleaned, in every sandbox: the
 clean-up lives in that sandbox's overlay.
+
+The seal also finds the work tree as the image ships it. An image's own build may change tracked
+files (jq's regenerates ``src/parser.c`` from ``parser.y`` with the image's bison) or leave files no
+``.gitignore`` names; a capture against HEAD would hand those in as the agent's change, and graded in
+a fresh sandbox of the image, which has them already, they break the patch. That work tree is the
+capture's baseline (:attr:`Seal.baseline`), and what it changes is recorded with the task, never in
+its patch.
 """
 
 from __future__ import annotations
@@ -39,6 +46,35 @@ from anyswe.execute.capture import CLEAN_GIT
 if TYPE_CHECKING:
     from anyswe.sandbox import Sandbox
 
+# The work tree as the image ships it, against commit $1: `baseline <tree>` and the paths it changes
+# (`shipped <path>`, at most 201), or nothing when it is $1's own tree. Read as the capture reads the
+# agent's work (a git directory of its own, no config of the repository's), but the objects go to the
+# repository's own store, unreachable as `git stash` leaves them (a gc keeps them two weeks), so the
+# capture finds the tree after the agent. The repository's index, copied, gives git the files' stat
+# data (size and whole-second mtime: a SIF keeps those, not inodes), so only changed files are read;
+# an index the copy cannot use (a split index) is built from the commit instead.
+_SHIPPED = r"""
+shipped() (
+  # Each step checked: `set -e` does nothing in a function called before `||`.
+  start=$1
+  objects=$(cd "$(git rev-parse --git-common-dir)" && pwd -P)/objects || exit 1
+  index=$(git rev-parse --git-dir)/index || exit 1
+  tmp=$(mktemp -d /tmp/.anyswe-baseline.XXXXXX) || exit 1
+  trap 'rm -rf "$tmp"' EXIT
+  export HOME="$tmp" XDG_CONFIG_HOME="$tmp"
+  git init -q --bare --template= "$tmp/git" || exit 1
+  export GIT_DIR="$tmp/git" GIT_WORK_TREE="$PWD" GIT_INDEX_FILE="$tmp/index" GIT_OBJECT_DIRECTORY="$objects"
+  g() { git -c core.bare=false -c core.checkStat=minimal -c core.trustctime=false "$@"; }
+  { cp "$index" "$tmp/index" && g read-tree -m "$start"; } 2>/dev/null \
+    || { rm -f "$tmp/index"; g read-tree "$start"; } || exit 1
+  g add -A -- . || exit 1
+  tree=$(g write-tree) && own=$(g rev-parse "$start^{tree}") || exit 1
+  [ "$tree" = "$own" ] && exit 0
+  echo "baseline $tree"
+  g diff-tree -r --no-renames --name-only "$start" "$tree" | head -n 201 | sed "s/^/shipped /"
+)
+"""
+
 # $1: the base commit; git runs with anyswe's clean configuration (capture.CLEAN_GIT). The starting
 # point is the commit HEAD is at (swebench's "SWE-bench" setup commit in an official image, or the
 # base commit itself): what lies between the base and it is
@@ -49,9 +85,10 @@ if TYPE_CHECKING:
 # repository) cost each real Verified task about a second, in every sandbox, for nothing. Output,
 # one item a line: head, commit (base..HEAD, at most 50), file (base..HEAD, as
 # unidiff names them on the host: unquoted unless a name holds a control character; at most 20001:
-# more than 20000 means "not all listed"), then the finding.
+# more than 20000 means "not all listed"), the work tree as shipped (_SHIPPED), then the finding.
 _SEAL = (
     CLEAN_GIT
+    + _SHIPPED
     + r"""
 base=$1
 if ! git rev-parse -q --verify "$base^{commit}" >/dev/null 2>&1; then
@@ -68,12 +105,16 @@ future=$(git rev-list -n 1 --all --not "$head" --)
 reflogs=$( { git reflog --all --format=%H 2>/dev/null | sort -u; echo "^$head"; } \
   | git rev-list --stdin --ignore-missing -n 1 2>/dev/null || echo unreadable)
 unreachable=$(git prune --dry-run --expire=now | head -n 1)
-if [ -z "$future" ] && [ -z "$reflogs" ] && [ -z "$unreachable" ]; then echo "sealed"; exit 0; fi
+if [ -z "$future" ] && [ -z "$reflogs" ] && [ -z "$unreachable" ]; then
+  shipped "$head" || { echo "no-baseline"; exit 0; }
+  echo "sealed"; exit 0
+fi
 git for-each-ref --format='%(refname)' | while read -r ref; do
   git merge-base --is-ancestor "$ref" "$head" 2>/dev/null || git update-ref -d "$ref"
 done
 git reflog expire --expire=now --all
 git -c gc.auto=0 gc --prune=now --quiet
+shipped "$head" || { echo "no-baseline"; exit 0; }
 echo "cleaned"
 """
 )
@@ -95,12 +136,22 @@ class Seal:
     #: The files those commits change.
     files: tuple[str, ...] = ()
     files_truncated: bool = False
+    #: The work tree as the image ships it, when it is not HEAD's tree (its build changed tracked files
+    #: or left new ones): the tree the agent's patch is captured against. "": HEAD's tree is it.
+    baseline: str = ""
+    #: The paths that tree changes from HEAD's (at most 201 listed: 201 means more), the image's doing.
+    shipped: tuple[str, ...] = ()
+
+    @property
+    def start(self) -> str:
+        """What the agent's patch is captured against: the work tree as shipped, or HEAD's commit."""
+        return self.baseline or self.head
 
 
 def parse_seal(stdout: str, workdir: str, base_commit: str) -> Seal:
     """The seal script's output as a :class:`Seal`; a repository that is not the task's is :class:`WrongImage`."""
     lines = stdout.splitlines()
-    items: dict[str, list[str]] = {"head": [], "commit": [], "file": []}
+    items: dict[str, list[str]] = {"head": [], "commit": [], "file": [], "baseline": [], "shipped": []}
     finding, detail = "", ""
     for line in lines:
         word, _, rest = line.partition(" ")
@@ -121,10 +172,20 @@ def parse_seal(stdout: str, workdir: str, base_commit: str) -> Seal:
             f"the repository at {workdir} is checked out at {head}, which does not descend from the task's base "
             f"commit {base_commit}: the sandbox's image is not this instance's, so its agent does not start"
         )
+    if finding == "no-baseline":
+        raise WrongImage(f"git cannot read the work tree at {workdir} as the image ships it: the image is broken")
     if finding not in ("sealed", "cleaned") or not head:
         raise InfraError(f"sealing the repository in {workdir} said {stdout[-300:]!r}")
     files = items["file"]
-    return Seal(finding, head, tuple(items["commit"]), tuple(files[:_MAX_FILES]), len(files) > _MAX_FILES)
+    return Seal(
+        finding,
+        head,
+        tuple(items["commit"]),
+        tuple(files[:_MAX_FILES]),
+        len(files) > _MAX_FILES,
+        baseline=items["baseline"][0] if items["baseline"] else "",
+        shipped=tuple(items["shipped"]),
+    )
 
 
 def check_starting_point(seal: Seal, base_commit: str, forbidden: set[str], workdir: str = "/testbed") -> None:
@@ -158,6 +219,33 @@ async def seal_repository(sandbox: Sandbox[Any], workdir: str, base_commit: str)
     if r.exit_code != 0:
         raise InfraError(f"sealing the repository in {workdir} failed (exit {r.exit_code}): {r.stderr[-500:]}")
     return parse_seal(r.stdout, workdir, base_commit)
+
+
+# $1: the tree a stored finding names. Its objects are in the store of the sandbox that found it; a
+# later sandbox of the image writes them again into its own (the same work tree gives the same tree).
+_BASELINE = (
+    CLEAN_GIT
+    + _SHIPPED
+    + r"""
+git cat-file -e "$1^{tree}" 2>/dev/null && { echo "baseline $1"; exit 0; }
+shipped "$(git rev-parse HEAD)" || exit 1
+"""
+)
+
+
+async def write_baseline(sandbox: Sandbox[Any], workdir: str, seal: Seal) -> Seal:
+    """``seal`` (a finding this sandbox may not have made) with its baseline's objects in this sandbox's
+    repository, so the capture can read it; a work tree that is not the finding's is this sandbox's own."""
+    if not seal.baseline:
+        return seal
+    r = await sandbox.exec(["bash", "-c", _BASELINE, "baseline", seal.baseline], workdir=workdir, timeout=900)
+    if r.exit_code != 0:
+        raise WrongImage(
+            f"git cannot read the work tree at {workdir} as the image ships it (exit {r.exit_code}): "
+            f"{r.stderr.strip()[-300:]}"
+        )
+    found = [line.partition(" ")[2] for line in r.stdout.splitlines() if line.startswith("baseline ")]
+    return dataclasses.replace(seal, baseline=found[0] if found else "")
 
 
 class SealedImages:
@@ -231,6 +319,8 @@ class SealedImages:
                 commits=tuple(str(c) for c in row["commits"]),
                 files=tuple(str(f) for f in row["files"]),
                 files_truncated=bool(row["files_truncated"]),
+                baseline=str(row["baseline"]),
+                shipped=tuple(str(f) for f in row["shipped"]),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None  # no finding, or a torn one: check again

@@ -28,7 +28,7 @@ from anyswe.errors import GradingError, InfraError, SandboxOverLimit
 from anyswe.execute.capture import PatchCaptureFailed, capture_patch
 from anyswe.execute.classify import AgentRun, Trace, artifacts, classify, now
 from anyswe.execute.grade import grade_in_sandbox, stopped_on_failure
-from anyswe.execute.seal import SealedImages, check_starting_point, seal_repository
+from anyswe.execute.seal import SealedImages, check_starting_point, seal_repository, write_baseline
 from anyswe.execute.unit import TaskOutput
 from anyswe.grading.diffs import touched_files
 from anyswe.sandbox import SandboxRequest
@@ -92,12 +92,20 @@ async def work(
             trace.log_lines.append(f"repository before the agent: {seal.finding}")
         # Computed here, on the host: neither patch ever enters the agent's sandbox.
         check_starting_point(seal, base, forbidden_files(unit.instance), unit.workdir)
+        seal = await write_baseline(sandbox, unit.workdir, seal)
+    trace.image_changes = list(seal.shipped) if seal.baseline else []
+    if seal.baseline:
+        shown = ", ".join(seal.shipped[:10]) + (" ..." if len(seal.shipped) > 10 else "")
+        trace.log_lines.append(
+            f"work tree as the image ships it: {len(seal.shipped)} path(s) changed from {seal.head} ({shown}), "
+            "the baseline of the patch capture"
+        )
     if seal.commits:
         trace.log_lines.append(f"starting point: {seal.head}, {len(seal.commits)} commit(s) after the base {base}")
     with trace.phase("time_agent"):
         run = await run_agent(agent, ctx, unit.agent_timeout)
     try:
-        return run, await _after_agent(unit, agent, harness, sandbox, trace, run, seal.head)
+        return run, await _after_agent(unit, agent, harness, sandbox, trace, run, seal.start)
     except SandboxOverLimit as exc:
         # Its own limit (memory, disk) ended the sandbox: the agent's failure, unresolved, not masked
         # (the agent may have seen it already, through a command that could not run).
@@ -107,7 +115,7 @@ async def work(
 
 
 async def _after_agent(
-    unit: WorkUnit, agent: Agent, harness: Harness, sandbox: Sandbox[Any], trace: Trace, run: AgentRun, head: str
+    unit: WorkUnit, agent: Agent, harness: Harness, sandbox: Sandbox[Any], trace: Trace, run: AgentRun, start: str
 ) -> str:
     """The agent's sandbox once it is done: alive?, its leftovers ended, its patch captured."""
     with trace.phase("time_settle"):
@@ -121,7 +129,7 @@ async def _after_agent(
     with trace.phase("time_patch_capture"):
         if patch is None:
             try:
-                patch = await capture_patch(sandbox, unit.workdir, head, agent.capture_excludes)
+                patch = await capture_patch(sandbox, unit.workdir, start, agent.capture_excludes)
             except PatchCaptureFailed as exc:
                 await sandbox.check_alive("the patch capture", settle=2)  # a sandbox lost is not the agent's
                 run.fail(f"{type(exc).__name__}: {exc}")

@@ -293,6 +293,7 @@ echo "head=$(git rev-parse HEAD)"
 echo "parent=$(git rev-parse HEAD^)"
 echo "subject=$(git log -1 --format=%s HEAD)"
 echo "after_base=$(git rev-list --all --not {base} | tr '\\n' ' ')"
+echo "after_base_branches=$(git rev-list HEAD --branches --remotes --not {base} | tr '\\n' ' ')"
 target=$(git show -s --format=%ci {base})
 since=$(date -d "$target + 1 second" '+%Y-%m-%d %H:%M:%S')
 echo "later=$(git log --all --since="$since" --format=%H | tr '\\n' ' ')"
@@ -306,9 +307,9 @@ echo "dirty=$(git status --porcelain --untracked-files=no | wc -l)"
 
 async def image_facts(tag: str, base_commit: str, workdir: str = "/testbed") -> dict[str, str | list[str]]:
     """What ``/testbed`` in ``tag`` holds: HEAD, its parent and subject, the commits not in the base
-    commit's history (``after_base``), those committed after it (``later``) and the tags whose commit's
-    date is after its (``later_tags``, as swebench compares them), the files the setup commit changed,
-    the refs but tags."""
+    commit's history (``after_base``; ``after_base_branches``: reachable from HEAD or a branch), those
+    committed after it (``later``) and the tags whose commit's date is after its (``later_tags``, as
+    swebench compares them), the files the setup commit changed, the refs but tags."""
     script = _FACTS.format(base=base_commit, workdir=workdir)
     r = await run_in_image(tag, script, timeout=300)
     if r.exit_code != 0 or r.timed_out:
@@ -318,7 +319,11 @@ async def image_facts(tag: str, base_commit: str, workdir: str = "/testbed") -> 
     facts: dict[str, str | list[str]] = {}
     for line in r.stdout.decode().splitlines():
         key, _, value = line.partition("=")
-        facts[key] = value.split() if key in ("after_base", "later", "later_tags", "changed", "refs") else value.strip()
+        facts[key] = (
+            value.split()
+            if key in ("after_base", "after_base_branches", "later", "later_tags", "changed", "refs")
+            else value.strip()
+        )
     return facts
 
 

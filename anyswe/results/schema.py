@@ -27,7 +27,7 @@ from anyswe.errors import ResultsError
 if TYPE_CHECKING:
     import polars as pl
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 ErrorKind = Literal["infra", "agent", "grading", "internal"]
 #: Who stated a failure: the task's own phases, the model grant (gateway), the relay on a remote node,
@@ -71,7 +71,7 @@ class TaskResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[10] = 10
+    schema_version: Literal[11] = 11
     # -- identity: which task, which attempt --------------------------------------------------------
     key: str
     cell: str
@@ -100,6 +100,11 @@ class TaskResult(BaseModel):
     )
     swebench_version: str | None = None
     eval_script_sha256: str | None = Field(default=None, description="sha256 of the eval script the tests ran.")
+    image_changes: list[str] | None = Field(
+        default=None,
+        description="Paths the image's own work tree changes from its HEAD (its build regenerated or left them; "
+        "at most 201 listed): the baseline the patch is captured against, never part of it. [] none; None unknown.",
+    )
     started_at: str = ""
     finished_at: str = ""
     # -- verdict ------------------------------------------------------------------------------------
@@ -254,7 +259,7 @@ def _migrate_v2(row: dict[str, Any]) -> dict[str, Any]:
     schema 8: no tests' verdict apart from the decided one (the row's `resolved` is the best known: a row an
     untrusted failure marked unresolved stays so), no failure list (its one error, source unknown), no
     exit_by (None); schema 9: no record of the tests (test_record and tamper None; its policy the default,
-    moot without a flag)."""
+    moot without a flag); schema 10: no image changes recorded (None)."""
     out = {**row, "schema_version": SCHEMA_VERSION}
     if isinstance(row.get("resolved", False), bool):  # else the row's own field is the error to report
         out.setdefault("tests_resolved", row.get("resolved", False))
@@ -298,7 +303,7 @@ def parse_row(row: Any, where: str) -> TaskResult:
     version = row.get("schema_version", 1)
     if version == 1:
         row = _migrate_v1(row)
-    elif version in (2, 3, 4, 5, 6, 7, 8, 9):
+    elif version in (2, 3, 4, 5, 6, 7, 8, 9, 10):
         row = _migrate_v2(row)
     elif version != SCHEMA_VERSION:
         raise ResultsError(
