@@ -124,7 +124,8 @@ def table(tiers: list[tuple[Tier, Census]]) -> str:
                     continue
                 failing: list[str] = entry.get("failing") or []
                 errors = [v for v in (*entry.get("gold", []), *entry.get("empty", [])) if v.startswith("error")]
-                said = entry.get("why") or "; ".join(errors)
+                # One line per table row: an error's message may hold newlines (the command, its exit code).
+                said = " ".join((entry.get("why") or "; ".join(dict.fromkeys(errors))).split())
                 tests = ", ".join(f"`{t}`" for t in failing[:4])
                 tests += f" and {len(failing) - 4} more" if len(failing) > 4 else ""
                 notes.append(f"{p}: {said}" + (f" ({tests})" if tests else ""))
